@@ -1,0 +1,1 @@
+"""`agentrt bench`: run policies over one trace, with the offline bounds beside them."""

@@ -1,0 +1,98 @@
+"""Run a list of policies over one trace source and collect the `--json` result document.
+
+Every real policy replays the same trace through its own `Simulator`. The offline bounds
+(`belady`, `infinite`) are computed over the block-access stream of the LRU replay (LRU is run for
+that even when not asked for) at the same GPU capacity; they report hit rates and prefill tokens,
+and no timings, since they are not engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from agentrt.bench.source import TraceSource
+from agentrt.bounds.offline import belady_bound, infinite_bound
+from agentrt.engine.presets import get_preset
+from agentrt.engine.simulator import EngineConfig, Simulator
+from agentrt.policies.registry import BOUNDS, check_names, make_policy
+
+
+@dataclass(slots=True)
+class BenchOptions:
+    preset: str = "llama3.1-8b-h100"
+    gpu_blocks: int | None = None
+    host_blocks: int = 0
+    concurrency: int | None = None     # override the trace's closed-loop concurrency
+    max_batch_tokens: int = 8192
+    max_running: int = 256
+    seed: int = 0
+
+
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+def engine_config(opts: BenchOptions, block_size: int) -> EngineConfig:
+    return EngineConfig(preset=get_preset(opts.preset), block_size=block_size,
+                        gpu_blocks=opts.gpu_blocks, host_blocks=opts.host_blocks,
+                        max_batch_tokens=opts.max_batch_tokens, max_running=opts.max_running)
+
+
+def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream: bool = False,
+               progress: Callable[[int], None] | None = None) -> Simulator:
+    cfg = engine_config(opts, source.header.block_size)
+    policy = make_policy(name)
+    conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
+    sim = Simulator(cfg, policy, iter(source.reader()), concurrency=conc,
+                    record_stream=record_stream, progress=progress)
+    sim.run()
+    return sim
+
+
+def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
+              progress: ProgressFactory | None = None) -> dict:
+    check_names(policies)
+    get_preset(opts.preset)
+    bs = source.header.block_size
+    cfg = engine_config(opts, bs)
+    want_bounds = [p for p in policies if p in BOUNDS]
+    real = [p for p in policies if p not in BOUNDS]
+    if want_bounds and "lru" not in real:
+        real = ["lru"] + real
+        hidden_lru = True
+    else:
+        hidden_lru = False
+    results: dict[str, dict] = {}
+    stream = None
+    sims = {}
+    for name in real:
+        cb = progress(name, source.calls) if progress else None
+        sim = run_policy(source, name, opts, record_stream=(name == "lru" and bool(want_bounds)),
+                         progress=cb)
+        sims[name] = sim
+        if name == "lru":
+            stream = sim.stream
+        if not (hidden_lru and name == "lru"):
+            results[name] = sim.metrics.summary()
+    lru_metrics = sims["lru"].metrics if "lru" in sims else None
+    for name in want_bounds:
+        if name == "belady":
+            b = belady_bound(stream, bs, cfg.gpu_blocks)
+        else:
+            b = infinite_bound(stream, bs)
+        results[name] = {
+            "hit_rate": b.hit_rate, "host_hit_rate": 0.0,
+            "prefill_tokens": b.prompt_tokens - b.hit_tokens,
+            "ttft_mean_s": None, "ttft_p99_s": None, "e2e_mean_s": None, "e2e_p99_s": None,
+            "throughput_tok_s": None, "bound": True,
+        }
+    ordered = {p: results[p] for p in policies}
+    first = next(iter(sims.values())).metrics
+    config = asdict(opts)
+    config.update(block_size=bs, gpu_blocks=cfg.gpu_blocks,
+                  block_bytes=cfg.block_bytes,
+                  concurrency=opts.concurrency if opts.concurrency is not None else source.header.concurrency,
+                  bounds_stream="lru" if want_bounds else None)
+    return {"trace": source.label, "calls": first.calls, "workflows": first.workflows,
+            "config": config, "results": ordered,
+            "lru_reference": lru_metrics.summary() if hidden_lru and lru_metrics else None}

@@ -1,0 +1,1 @@
+"""Offline bounds: Belady MIN with bypass and the infinite cache."""

@@ -1,0 +1,146 @@
+"""The `agentrt` command line. User errors print one line and exit non-zero, with no traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agentrt.errors import AgentrtError
+
+app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+                  help="agentrt: agent-aware KV-cache policies for LLM serving.")
+err = Console(stderr=True)
+
+
+def out_console() -> Console:
+    """Tables go to stdout, wide enough to stay readable when piped."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+DEFAULT_POLICIES = "lru,belady,infinite"
+DEFAULT_WORKLOAD = "team"
+
+
+def _split(s: str) -> list[str]:
+    return [p.strip() for p in s.split(",") if p.strip()]
+
+
+@app.command()
+def bench(
+    trace: Optional[Path] = typer.Option(None, "--trace", help="replay this trace file (.jsonl or .jsonl.gz)"),
+    workload: Optional[str] = typer.Option(None, "--workload", help="replay a generated workload (see `agentrt workloads`)"),
+    policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="comma-separated policy names"),
+    gpu_blocks: Optional[int] = typer.Option(None, "--gpu-blocks", help="GPU KV capacity in blocks (default: what the preset's memory holds)"),
+    host_blocks: int = typer.Option(0, "--host-blocks", help="host-tier capacity in blocks (0: no host tier)"),
+    preset: str = typer.Option("llama3.1-8b-h100", "--preset", help="model and GPU preset"),
+    seed: int = typer.Option(0, "--seed", help="seed of the generated workload and of the policies"),
+    workflows: int = typer.Option(160, "--workflows", help="workflows to generate (with --workload or the default)"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="replay closed loop with this many workflows at once"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the results as JSON here"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG comparing the policies here"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+) -> None:
+    """Replay a trace under several policies and print hit rates, TTFT, end-to-end latency and throughput."""
+    from agentrt.bench.report import plot_result, print_result
+    from agentrt.bench.runner import BenchOptions, run_bench
+    from agentrt.bench.source import file_source, workload_source
+    from agentrt.engine.presets import get_preset
+    from agentrt.policies.registry import check_names
+    from agentrt.workloads.base import GenConfig
+
+    names = _split(policies)
+    if not names:
+        raise AgentrtError("--policies is empty")
+    check_names(names)
+    get_preset(preset)
+    if trace is not None and workload is not None:
+        raise AgentrtError("give either --trace or --workload, not both")
+    if gpu_blocks is not None and gpu_blocks <= 0:
+        raise AgentrtError(f"--gpu-blocks must be > 0, got {gpu_blocks}")
+    if host_blocks < 0:
+        raise AgentrtError(f"--host-blocks must be >= 0, got {host_blocks}")
+    if trace is not None:
+        source = file_source(trace)
+    else:
+        source = workload_source(workload or DEFAULT_WORKLOAD, GenConfig(workflows=workflows, seed=seed,
+                                                                         concurrency=concurrency or 32))
+    opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
+                        concurrency=concurrency, seed=seed)
+    try:
+        with Progress(TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, disable=quiet, transient=True) as prog:
+            def factory(name: str, total: int):
+                task = prog.add_task(name, total=total)
+                return lambda n: prog.advance(task, n)
+            doc = run_bench(source, names, opts, progress=factory)
+    finally:
+        source.close()
+    print_result(doc, out_console())
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(doc, indent=2))
+    if plot is not None:
+        plot_result(doc, plot)
+
+
+@app.command()
+def policies() -> None:
+    """List the policies every tool accepts by name."""
+    from agentrt.policies.registry import describe, policy_names
+    for n in policy_names():
+        typer.echo(f"{n:18s} {describe(n)}")
+
+
+@app.command()
+def presets() -> None:
+    """List the model and GPU presets of the engine simulator."""
+    from agentrt.engine.presets import PRESETS
+    for p in PRESETS.values():
+        typer.echo(f"{p.name:18s} {p.model.name} on {p.gpu.name}: {p.kv_capacity_tokens():,} KV tokens, "
+                   f"{p.model.kv_bytes_per_token // 1024} KiB/token")
+
+
+# --- commands defined in other modules -------------------------------------------------------
+def _register_extra_commands() -> None:
+    import importlib
+    for mod in ("agentrt.workloads.cli",):
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+            continue
+        m.register_commands(app)
+
+
+_register_extra_commands()
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except AgentrtError as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as e:  # click usage errors arrive here in non-standalone mode
+        import click
+        if isinstance(e, click.exceptions.Exit):
+            sys.exit(e.exit_code)
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(1)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The serving-engine simulator: presets, cost model, replay, batching and metrics."""

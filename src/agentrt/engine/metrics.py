@@ -1,0 +1,79 @@
+"""What a replay measures, and its summary in the `agentrt bench --json` schema.
+
+Hit rates are token hit rates over user calls only (runtime warm-ups are excluded): prompt tokens
+served from the GPU tier (or loaded from the host tier) / prompt tokens. Like vLLM, a fully cached
+prompt still computes its last token, so a call's hit is capped at input_length - 1.
+Throughput is prompt plus generated tokens of user calls per simulated second, from the first
+arrival to the last finish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def _mean(xs: list[float]) -> float:
+    return float(np.mean(xs)) if xs else 0.0
+
+
+def _p99(xs: list[float]) -> float:
+    return float(np.percentile(xs, 99)) if xs else 0.0
+
+
+@dataclass(slots=True)
+class Metrics:
+    calls: int = 0
+    workflows: int = 0
+    prompt_tokens: int = 0
+    gpu_hit_tokens: int = 0
+    host_hit_tokens: int = 0
+    prefill_tokens: int = 0
+    output_tokens: int = 0
+    warmup_calls: int = 0
+    warmup_prefill_tokens: int = 0
+    oversize_calls: int = 0
+    late_arrivals: int = 0
+    block_touches: int = 0
+    evictions: int = 0
+    h2d_bytes: int = 0
+    d2h_bytes: int = 0
+    prefetch_blocks: int = 0
+    first_arrival: float | None = None
+    last_finish: float = 0.0
+    wall_seconds: float = 0.0
+    ttft: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        pt = self.prompt_tokens or 1
+        span = self.last_finish - (self.first_arrival or 0.0)
+        tokens = self.prompt_tokens + self.output_tokens
+        return {
+            "hit_rate": self.gpu_hit_tokens / pt,
+            "host_hit_rate": self.host_hit_tokens / pt,
+            "prefill_tokens": self.prefill_tokens,
+            "ttft_mean_s": _mean(self.ttft),
+            "ttft_p99_s": _p99(self.ttft),
+            "e2e_mean_s": _mean(self.e2e),
+            "e2e_p99_s": _p99(self.e2e),
+            "throughput_tok_s": tokens / span if span > 0 else 0.0,
+            "calls": self.calls,
+            "workflows": self.workflows,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "pcie_bytes": self.h2d_bytes + self.d2h_bytes,
+            "pcie_h2d_bytes": self.h2d_bytes,
+            "pcie_d2h_bytes": self.d2h_bytes,
+            "evictions": self.evictions,
+            "prefetch_blocks": self.prefetch_blocks,
+            "warmup_calls": self.warmup_calls,
+            "warmup_prefill_tokens": self.warmup_prefill_tokens,
+            "oversize_calls": self.oversize_calls,
+            "late_arrivals": self.late_arrivals,
+            "makespan_s": span,
+            "block_touches": self.block_touches,
+            "wall_s": self.wall_seconds,
+            "touches_per_s": self.block_touches / self.wall_seconds if self.wall_seconds > 0 else 0.0,
+        }

@@ -1,0 +1,177 @@
+"""Turns a streamed trace into call arrivals: closed loop within workflows, open loop across them.
+
+- A workflow's first call arrives at its `timestamp`.
+- A later call is issued at max(its `timestamp`, when the last of its `after` calls finished +
+  `think_ms`): the closed loop of an agent framework waiting on its own calls and tools.
+- A workflow ends when its `last` call finishes (or, in a file without `last` flags, when its
+  known calls have finished and the file holds no more of its calls).
+- A Mooncake trace (one call per workflow) is therefore replayed open loop at its timestamps.
+- With `concurrency` N (the trace header's agentrt extension, or a bench option) workflows start
+  closed loop instead: at most N run at once and the next starts, in file order, when one ends
+  (not before its own timestamp).
+
+Streaming: lines are read lazily. Workflow starts are assumed to be in timestamp order in the file
+(as logs and the Mooncake traces are); a start read later than the replay's clock arrives late and
+is counted in `late_arrivals`. When a workflow needs its next call and it has not been read yet,
+the replay reads ahead until it finds it, buffering what it passes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator
+
+from agentrt.trace.schema import Call
+
+MS = 1e-3
+
+
+class _Workflow:
+    __slots__ = ("pending", "finished", "outstanding", "start", "first_arrival", "last_seen", "ended")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.pending: dict[int, Call] = {}
+        self.finished: dict[int, float] = {}
+        self.outstanding = 0
+        self.first_arrival: float | None = None
+        self.last_seen = False
+        self.ended = False
+
+
+class WorkflowReplay:
+    def __init__(self, calls: Iterator[Call], concurrency: int | None = None) -> None:
+        if concurrency is not None and concurrency <= 0:
+            raise ValueError(f"concurrency must be > 0, got {concurrency}")
+        self._calls = calls
+        self.concurrency = concurrency
+        self._starts: deque[Call] = deque()   # closed loop: workflow starts waiting for a slot
+        self.active = 0
+        self._eof = False
+        self._frontier = float("-inf")   # timestamp (s) of the latest workflow start read
+        self._arrivals: list = []        # (time, seq, Call)
+        self._seq = 0
+        self.workflows: dict[str, _Workflow] = {}
+        self.calls_read = 0
+        self.workflows_seen = 0
+        self.late_arrivals = 0
+        self._clock = float("-inf")      # the latest time the engine asked about
+
+    # ----------------------------------------------------------------- reading
+    def _read_one(self) -> bool:
+        if self._eof:
+            return False
+        try:
+            c = next(self._calls)
+        except StopIteration:
+            self._eof = True
+            return False
+        self.calls_read += 1
+        wf = self.workflows.get(c.workflow)
+        if wf is None:
+            t = c.timestamp * MS
+            if self.concurrency is None and t < self._clock:
+                self.late_arrivals += 1
+            wf = self.workflows[c.workflow] = _Workflow(t)
+            self.workflows_seen += 1
+            if t > self._frontier:
+                self._frontier = t
+            wf.outstanding += 1
+            if self.concurrency is None:
+                self._schedule(t, c)
+            else:
+                self._starts.append(c)
+        else:
+            wf.pending[c.call] = c
+            self._try_release(wf, c)
+        if c.last:
+            wf.last_seen = True
+        return True
+
+    def _schedule(self, t: float, c: Call) -> None:
+        self._seq += 1
+        heapq.heappush(self._arrivals, (t, self._seq, c))
+
+    def _try_release(self, wf: _Workflow, c: Call) -> None:
+        fin = wf.finished
+        if all(a in fin for a in c.after):
+            ready = max((fin[a] for a in c.after), default=wf.start) + c.think_ms * MS
+            if c.timestamp is not None:
+                ready = max(ready, c.timestamp * MS)
+            del wf.pending[c.call]
+            wf.outstanding += 1
+            self._schedule(ready, c)
+
+    def _fill_slots(self, now: float) -> None:
+        """Closed loop: start workflows while fewer than `concurrency` are active."""
+        while self.active < self.concurrency:
+            while not self._starts and self._read_one():
+                pass
+            if not self._starts:
+                return
+            c = self._starts.popleft()
+            self.active += 1
+            wf = self.workflows[c.workflow]
+            wf.start = max(wf.start, now)
+            self._schedule(wf.start, c)
+
+    # ----------------------------------------------------------------- engine side
+    def next_arrival(self) -> float | None:
+        """Time of the earliest known arrival, reading ahead until one is known or the file ends."""
+        if self.concurrency is not None:
+            self._fill_slots(self._clock)
+            return self._arrivals[0][0] if self._arrivals else None
+        while not self._arrivals and self._read_one():
+            pass
+        if self._arrivals:
+            # a start not yet read could be earlier only if the file is out of order
+            while not self._eof and self._frontier <= self._arrivals[0][0] and self._read_one():
+                pass
+            return self._arrivals[0][0]
+        return None
+
+    def pop_arrivals(self, now: float) -> list[tuple[float, Call]]:
+        """Calls issued at or before `now`, in arrival order, with their issue times."""
+        self._clock = now
+        if self.concurrency is not None:
+            self._fill_slots(now)
+        while self.concurrency is None and not self._eof and self._frontier <= now and self._read_one():
+            pass
+        out = []
+        arr = self._arrivals
+        while arr and arr[0][0] <= now:
+            t, _, c = heapq.heappop(arr)
+            wf = self.workflows[c.workflow]
+            if wf.first_arrival is None:
+                wf.first_arrival = t
+            out.append((t, c))
+        return out
+
+    def finish(self, c: Call, now: float) -> tuple[bool, _Workflow | None]:
+        """Record that `c` finished at `now` and release its successors.
+
+        Returns (whether a successor waits on a tool or human, the workflow if it ended).
+        """
+        wf = self.workflows[c.workflow]
+        wf.finished[c.call] = now
+        wf.outstanding -= 1
+        if not c.last and not wf.pending and not wf.last_seen:
+            # its next call is further down the file (or the file ends without a 'last' flag)
+            while not wf.pending and not wf.last_seen and self._read_one():
+                pass
+        tool_call = any(c.call in p.after and p.think_ms > 0 for p in wf.pending.values())
+        for p in list(wf.pending.values()):
+            self._try_release(wf, p)
+        if c.last or (wf.outstanding == 0 and not wf.pending and self._eof and not wf.last_seen):
+            wf.ended = True
+            del self.workflows[c.workflow]
+            if self.concurrency is not None:
+                self.active -= 1
+                self._fill_slots(now)
+            return tool_call, wf
+        return tool_call, None
+
+    @property
+    def done(self) -> bool:
+        return self._eof and not self._arrivals and not self._starts

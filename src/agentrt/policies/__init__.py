@@ -1,0 +1,1 @@
+"""Eviction policies and the registry that names them."""

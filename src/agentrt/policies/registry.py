@@ -1,0 +1,56 @@
+"""Policies by name: every policy the CLI, the simulator, the vLLM connector and the server can run.
+
+`belady` and `infinite` are offline bounds computed from a replay's block-access stream, not
+policies an engine can run; they are listed here so that every tool accepts the same names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agentrt.errors import unknown_name
+from agentrt.runtime.policy import Policy
+
+BOUNDS = ("belady", "infinite")
+
+_FACTORIES: dict[str, Callable[..., Policy]] = {}
+_DESCRIPTIONS: dict[str, str] = {
+    "belady": "clairvoyant MIN with bypass at the same GPU capacity (offline bound)",
+    "infinite": "unbounded cache (offline bound)",
+}
+
+
+def register(name: str, factory: Callable[..., Policy], description: str = "") -> None:
+    _FACTORIES[name] = factory
+    _DESCRIPTIONS[name] = description
+
+
+def _ensure_builtin() -> None:
+    if _FACTORIES:
+        return
+    from agentrt.policies.lru import LRUPolicy
+    register("lru", LRUPolicy, LRUPolicy.description)
+
+
+def policy_names() -> list[str]:
+    _ensure_builtin()
+    return list(_FACTORIES) + list(BOUNDS)
+
+
+def describe(name: str) -> str:
+    _ensure_builtin()
+    return _DESCRIPTIONS.get(name, "")
+
+
+def check_names(names: list[str]) -> None:
+    valid = policy_names()
+    for n in names:
+        if n not in valid:
+            raise unknown_name("policy", n, valid)
+
+
+def make_policy(name: str, **options) -> Policy:
+    _ensure_builtin()
+    if name not in _FACTORIES:
+        raise unknown_name("policy", name, policy_names())
+    return _FACTORIES[name](**options)

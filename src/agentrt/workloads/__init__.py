@@ -1,0 +1,1 @@
+"""Workload generators and importers that write workflow traces."""
