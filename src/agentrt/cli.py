@@ -125,7 +125,7 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except AgentrtError as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
+        print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted")

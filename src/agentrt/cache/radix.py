@@ -189,12 +189,35 @@ class RadixKVCache:
     def commit_prompt(self, lease: Lease, now: float) -> int:
         """Insert the prompt blocks the request computed; they stay locked. Returns blocks inserted."""
         start = lease.gpu_hit + lease.host_hit
-        inserted = 0
         node = lease.node
+        hash_ids = lease.hash_ids
+        tenant = lease.tenant
+        clock = self.touch_clock
+        created = 0
         for i in range(start, lease.n_full):
-            node = self._insert_child(node, lease.hash_ids[i], now, locked=True)
-            lease.reserved -= 1
-            inserted += 1
+            h = hash_ids[i]
+            children = node.children
+            child = children.get(h)
+            if child is None:     # the common case, inlined: a fresh locked GPU block
+                child = Block(h, node, GPU, tenant)
+                children[h] = child
+                node.gpu_children += 1
+                child.lock_ref = 1
+                clock += 1
+                child.last_touch = clock
+                child.last_access = now
+                created += 1
+                node = child
+            else:
+                self.touch_clock = clock
+                node = self._insert_child(node, h, now, locked=True)
+                clock = self.touch_clock
+        self.touch_clock = clock
+        self.gpu_used += created
+        self.locked_gpu += created
+        self.reserved -= created
+        inserted = lease.n_full - start
+        lease.reserved -= inserted
         lease.node = node
         lease.committed = True
         return inserted
@@ -263,11 +286,14 @@ class RadixKVCache:
 
     # ------------------------------------------------------------------ eviction
     def _push(self, block: Block) -> None:
+        self._push_key(block, self._score(block))
+
+    def _push_key(self, block: Block, key) -> None:
         if len(self._heap) > 2 * self.gpu_used + 1024:
             self._refresh()
         self._seq += 1
         block.heap_seq = self._seq
-        heapq.heappush(self._heap, (self._score(block), self._seq, block))
+        heapq.heappush(self._heap, (key, self._seq, block))
 
     def _push_host(self, block: Block) -> None:
         self._seq += 1
@@ -307,16 +333,24 @@ class RadixKVCache:
             self._refresh()
         heap = self._heap
         pop = heapq.heappop
+        score = self._score
         done = 0
         removed: list[Block] = []
         demote = self.host_capacity > 0
-        while done < n and heap:
-            _, seq, b = pop(heap)
-            if b.heap_seq != seq:
-                continue
+        b: Block | None = None
+        while done < n:
+            if b is None:
+                if not heap:
+                    break
+                _, seq, b = pop(heap)
+                if b.heap_seq != seq:
+                    b = None
+                    continue
+                if b.lock_ref or b.gpu_children or b.tier != GPU:
+                    b.heap_seq = 0
+                    b = None
+                    continue
             b.heap_seq = 0
-            if b.lock_ref or b.gpu_children or b.tier != GPU:
-                continue
             parent = b.parent
             parent.gpu_children -= 1
             self.gpu_used -= 1
@@ -335,8 +369,13 @@ class RadixKVCache:
                 del parent.children[b.hash]
             removed.append(b)
             done += 1
+            b = None
             if parent.gpu_children == 0 and parent.lock_ref == 0 and parent.parent is not None:
-                self._push(parent)
+                key = score(parent)
+                if done < n and (not heap or key < heap[0][0]):
+                    b = parent        # it would be popped next anyway: skip the heap round trip
+                else:
+                    self._push_key(parent, key)
         if removed and self.on_evict is not None:
             self.on_evict(removed, demote)
         return done

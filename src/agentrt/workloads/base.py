@@ -10,11 +10,21 @@ extends its earlier prompt and output (`AgentThread`).
 
 Arrivals: Poisson at `rate` workflows per second, or closed loop with `concurrency` workflows at
 once (written to the header; all timestamps 0). Everything is deterministic given `seed`.
+
+Hidden state and signals: a generator draws a hidden per-workflow state (difficulty, claim type)
+that steers its control flow. Every decision is a latent logit `z` (state plus the call's own
+content noise) turned into an outcome by a coin of probability sigmoid(z) (`WorkflowBuilder.event`).
+A call's `signal` (`WorkflowBuilder.semantic`) is the sum of fixed directions (one per agent, per
+state feature, per content feature such as tanh(z/2) of the decision the call leads to) plus
+Gaussian noise of standard deviation `GenConfig.noise`: a predictor that reads it learns more
+than the agent path tells, never everything (the coin stays a coin even at noise 0).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+import hashlib
+import math
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -48,6 +58,33 @@ class GenConfig:
             raise ValueError(f"noise must be in [0, 10], got {self.noise}")
 
 
+def direction(key: str, dim: int) -> np.ndarray:
+    """A fixed unit vector for `key` (stable across processes: derived from SHA-256, not hash())."""
+    seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
+    v = np.random.default_rng(seed).normal(size=dim)
+    return v / np.linalg.norm(v)
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def lognormal_tokens(rng: np.random.Generator, median: float, sigma: float, lo: int, hi: int) -> int:
+    """A long-tailed size (documents, tool outputs, issue texts), clipped to [lo, hi]."""
+    return int(min(hi, max(lo, round(float(rng.lognormal(math.log(median), sigma))))))
+
+
+@dataclass(slots=True)
+class Event:
+    """A stochastic decision: `happens` with probability sigmoid(logit); `feature` = tanh(logit / 2)."""
+    logit: float
+    happens: bool
+
+    @property
+    def feature(self) -> float:
+        return math.tanh(self.logit / 2.0)
+
+
 @dataclass(slots=True)
 class AgentThread:
     """What one agent has seen in one workflow: its prompt segments so far, outputs included."""
@@ -76,14 +113,17 @@ class WorkflowBuilder:
 
     def call(self, agent: str, new_segments: list[Segment], output_tokens: int, *,
              after: list[int] | None = None, think_ms: float = 0.0,
-             signal: list[float] | None = None, output_key: Hashable | None = None) -> int:
+             signal: list[float] | None = None, output_key: Hashable | None = None,
+             thread: str | None = None) -> int:
         """`agent` is called with its earlier prompt and output plus `new_segments`.
 
         Returns the call index; the output becomes part of the agent's thread under `output_key`
         (default: a key unique to this call), so other agents can be shown the same content.
+        `thread` (default: the agent's name) selects the history: parallel instances of one agent
+        keep separate threads (see `fork`).
         """
         idx = len(self.calls)
-        th = self.thread(agent)
+        th = self.thread(thread if thread is not None else agent)
         th.segments.extend(s for s in new_segments if s[1] > 0)
         hash_ids, n_in = self.hasher.prompt(th.segments)
         key = output_key if output_key is not None else ("out", self.workflow, idx)
@@ -99,6 +139,34 @@ class WorkflowBuilder:
                  signal=signal)
         self.calls.append(c)
         return idx
+
+    def fork(self, src: str, dst: str) -> None:
+        """Start thread `dst` as a copy of thread `src` (a parallel instance with the same history)."""
+        self.threads[dst] = AgentThread(list(self.thread(src).segments))
+
+    def reset(self, thread: str) -> None:
+        """Forget a thread: the agent's next call starts a fresh prompt (a framework resetting it)."""
+        self.threads.pop(thread, None)
+
+    def output(self, idx: int) -> Segment:
+        """Call `idx`'s output as a segment, to show it to another agent."""
+        return (("out", self.workflow, idx), self.calls[idx].output_length)
+
+    def event(self, logit: float, spread: float = 1.0) -> Event:
+        """A decision: the logit gets content noise of sd `spread`, then a coin of sigmoid(logit)."""
+        z = float(logit) + float(self.rng.normal(0.0, spread))
+        return Event(z, bool(self.rng.uniform() < sigmoid(z)))
+
+    def semantic(self, agent: str, state: Mapping[str, float],
+                 content: Mapping[str, float] | None = None) -> list[float]:
+        """The `signal` of a call: agent, hidden state and content directions, plus noise."""
+        dim = self.cfg.signal_dim
+        v = direction(f"agent:{agent}", dim).copy()
+        for k, x in state.items():
+            v += x * direction(f"state:{k}", dim)
+        for k, x in (content or {}).items():
+            v += x * direction(f"content:{k}", dim)
+        return self.signal(v)
 
     def signal(self, hidden: np.ndarray, content: float = 0.0) -> list[float]:
         """A noisy view of the workflow's hidden state (plus a content term) as a call's `signal`."""
@@ -118,6 +186,15 @@ class Workload:
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    # agent -> tokens of its system prompt and tool definitions (its anchor, shared across workflows)
+    system: ClassVar[dict[str, int]] = {}
+    # documented ranges of `agentrt stats` figures at the default config (checked by the tests):
+    # calls_per_workflow, prompt_tokens, output_tokens (means), reuse_within, reuse_across (shares)
+    expected: ClassVar[dict[str, tuple[float, float]]] = {}
+
+    def anchor(self, agent: str) -> Segment:
+        """The agent's system prompt and tool definitions: the same content in every workflow."""
+        return (("sys", self.name, agent), self.system[agent])
 
     def build(self, b: WorkflowBuilder) -> None:
         raise NotImplementedError

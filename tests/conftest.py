@@ -1,0 +1,40 @@
+"""Shared test helpers: where ../shared is, and small trace builders."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_dir() -> Path:
+    env = os.environ.get("AGENTRT_SHARED")
+    return Path(env) if env else REPO.parent / "shared"
+
+
+SHARED = shared_dir()
+MOONCAKE_CONV = SHARED / "traces" / "mooncake" / "conversation_trace.jsonl"
+MOONCAKE_SYNTH = SHARED / "traces" / "mooncake" / "synthetic_trace.jsonl"
+AG2_DIR = SHARED / "traces" / "ag2-captainagent"
+
+needs_shared = pytest.mark.skipif(
+    not MOONCAKE_CONV.exists(),
+    reason=f"real traces not found at {SHARED} (../shared is absent; set AGENTRT_SHARED to its path)")
+
+
+def write_lines(path: Path, objs: list) -> Path:
+    with open(path, "w") as f:
+        for o in objs:
+            f.write((o if isinstance(o, str) else json.dumps(o)) + "\n")
+    return path
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    def make(objs: list, name: str = "t.jsonl") -> Path:
+        return write_lines(tmp_path / name, objs)
+    return make

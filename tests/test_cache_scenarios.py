@@ -1,0 +1,185 @@
+"""Exact eviction orders and tier moves in small scenarios (vLLM test_prefix_caching style)."""
+
+import pytest
+
+from agentrt.cache import GONE, GPU, HOST, RadixKVCache
+from agentrt.runtime.policy import Policy
+
+
+def run(cache, tenant, ids, extra=0, now=0.0, out=()):
+    """Admit, compute and finish one request."""
+    lease = cache.acquire(tenant, ids, len(ids), extra, now)
+    assert lease is not None
+    cache.commit_prompt(lease, now)
+    cache.release(lease, list(out), now)
+    cache.check_invariants()
+    return lease
+
+
+def cached(cache, tenant="t"):
+    out = []
+    stack = [cache.roots[tenant]] if tenant in cache.roots else []
+    while stack:
+        n = stack.pop()
+        for c in n.children.values():
+            if c.tier == GPU:
+                out.append(c.hash)
+            stack.append(c)
+    return sorted(out)
+
+
+def test_lru_evicts_least_recent_leaf_first():
+    c = RadixKVCache(6)
+    run(c, "t", [1, 2])        # touched first
+    run(c, "t", [3, 4])
+    run(c, "t", [5, 6])
+    run(c, "t", [1, 2])        # 1,2 now most recent
+    run(c, "t", [7])           # needs 1 block: evicts 4 (leaf of the LRU path), not 3
+    assert cached(c) == [1, 2, 3, 5, 6, 7]
+    run(c, "t", [8])           # next: 3 has become a leaf and is now the least recent
+    assert cached(c) == [1, 2, 5, 6, 7, 8]
+
+
+def test_parent_becomes_leaf_only_after_children():
+    c = RadixKVCache(4)
+    run(c, "t", [1, 2, 3])
+    run(c, "t", [1, 2, 4])     # shares 1,2; the tree is 1-2-{3,4}
+    run(c, "t", [9, 8, 7])     # evicts 3 then 4 (leaves), then 2, never 1 before 2
+    assert c.evictions == 3 and cached(c) == [1, 7, 8, 9]
+
+
+def test_locked_blocks_are_never_evicted():
+    c = RadixKVCache(4)
+    held = c.acquire("t", [1, 2], 2, 0, 0.0)
+    c.commit_prompt(held, 0.0)
+    assert c.acquire("t", [5, 6, 7], 3, 0, 1.0) is None       # only 2 free, 0 evictable
+    c.check_invariants()
+    lease = c.acquire("t", [5, 6], 2, 0, 1.0)
+    assert lease is not None
+    c.commit_prompt(lease, 1.0)
+    c.release(lease, [], 1.0)
+    run(c, "t", [8, 9], now=2.0)                             # evicts 5,6, not the held 1,2
+    assert cached(c) == [1, 2, 8, 9]
+    c.release(held, [], 3.0)
+    c.check_invariants()
+
+
+def test_failed_acquire_changes_nothing():
+    c = RadixKVCache(3)
+    run(c, "t", [1, 2])
+    held = c.acquire("t", [1, 2], 2, 1, 1.0)
+    touch = c.touch_clock
+    assert c.acquire("t", [1, 2, 3, 4], 4, 0, 2.0) is None
+    assert c.touch_clock == touch and c.locked_gpu == 2 and c.reserved == 1
+    c.check_invariants()
+    c.release(held, [], 3.0)
+
+
+def test_host_tier_demotes_and_loads_back():
+    c = RadixKVCache(2, host_capacity=4, block_bytes=100)
+    run(c, "t", [1, 2])
+    run(c, "t", [3, 4])        # 1,2 demoted to the host
+    assert c.demotions == 2 and c.host_used == 2 and c.d2h_bytes == 200
+    lease = c.acquire("t", [1, 2], 2, 0, 5.0)
+    assert (lease.gpu_hit, lease.host_hit) == (0, 2) and c.h2d_bytes == 200
+    assert [b.tier for b in lease.node.path()] == [GPU, GPU]
+    c.commit_prompt(lease, 5.0)
+    c.release(lease, [], 5.0)
+    c.check_invariants()
+    assert cached(c) == [1, 2]
+
+
+def test_host_tier_is_lru_and_drops_leaves():
+    c = RadixKVCache(1, host_capacity=2)
+    for h in (1, 2, 3, 4):
+        run(c, "t", [h], now=float(h))
+    # GPU holds 4; host held 1,2,3 in turn and dropped the oldest
+    assert cached(c) == [4]
+    assert sorted(b.hash for b in c.roots["t"].children.values() if b.tier == HOST) == [2, 3]
+    assert c.host_evictions == 1
+
+
+def test_tenants_never_share_blocks():
+    c = RadixKVCache(8)
+    run(c, "a", [1, 2])
+    lease = c.acquire("b", [1, 2], 2, 0, 1.0)
+    assert lease.gpu_hit == 0
+    c.commit_prompt(lease, 1.0)
+    c.release(lease, [], 1.0)
+    assert cached(c, "a") == [1, 2] and cached(c, "b") == [1, 2] and c.gpu_used == 4
+
+
+def test_output_blocks_are_cached_and_extend_the_chain():
+    c = RadixKVCache(8)
+    run(c, "t", [1, 2], extra=2, out=[3, 4])
+    lease = c.acquire("t", [1, 2, 3, 4, 5], 5, 0, 1.0)
+    assert lease.gpu_hit == 4
+
+
+def test_concurrent_identical_prompts_share_blocks():
+    c = RadixKVCache(8)
+    a = c.acquire("t", [1, 2], 2, 0, 0.0)
+    b = c.acquire("t", [1, 2], 2, 0, 0.0)      # neither is cached yet: both reserve
+    assert c.reserved == 4
+    c.commit_prompt(a, 0.0)
+    c.commit_prompt(b, 0.0)                    # finds a's blocks, gives its reservation back
+    assert c.gpu_used == 2 and c.reserved == 0
+    c.check_invariants()
+    c.release(a, [], 1.0)
+    c.release(b, [], 1.0)
+    c.check_invariants()
+
+
+class Reverse(Policy):
+    """Evicts the most recently touched first: shows the order comes from the policy."""
+    name = "mru"
+
+    def score(self, block):
+        return -block.last_touch
+
+
+def test_eviction_order_comes_from_the_policy():
+    c = RadixKVCache(4, policy=Reverse())
+    run(c, "t", [1])
+    run(c, "t", [2])
+    run(c, "t", [3])
+    run(c, "t", [4])
+    run(c, "t", [5])            # MRU: evicts 4
+    assert cached(c) == [1, 2, 3, 5]
+
+
+class Epoch(Policy):
+    dynamic = True
+
+    def __init__(self):
+        super().__init__()
+        self.keep = set()
+
+    def score(self, block):
+        return (block.hash in self.keep, block.last_touch)
+
+
+def test_policy_epoch_reranks_without_touches():
+    p = Epoch()
+    c = RadixKVCache(3, policy=p)
+    for h in (1, 2, 3):
+        run(c, "t", [h])
+    p.keep = {1}
+    p.epoch += 1               # 1 is now precious though least recent
+    run(c, "t", [4])
+    assert cached(c) == [1, 3, 4]
+    assert c.peek_victims(1)[0].hash == 3
+
+
+def test_invalid_capacities():
+    with pytest.raises(ValueError):
+        RadixKVCache(0)
+    with pytest.raises(ValueError):
+        RadixKVCache(4, host_capacity=-1)
+
+
+def test_removed_blocks_are_gone():
+    c = RadixKVCache(1)
+    l1 = run(c, "t", [1])
+    run(c, "t", [2])
+    assert l1.node.tier == GONE
