@@ -30,6 +30,32 @@ def _split(s: str) -> list[str]:
     return [p.strip() for p in s.split(",") if p.strip()]
 
 
+def _value(text: str):
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_policy_options(items: list[str], policies: list[str]) -> dict:
+    """`--set policy.option=value` items -> {policy: {option: value}}."""
+    out: dict = {}
+    for item in items:
+        key, eq, val = item.partition("=")
+        pol, dot, opt = key.partition(".")
+        if not eq or not dot or not pol or not opt:
+            raise AgentrtError(f"--set {item!r}: expected POLICY.OPTION=VALUE")
+        if pol not in policies:
+            raise AgentrtError(f"--set {item!r}: policy '{pol}' is not in --policies")
+        out.setdefault(pol, {})[opt] = _value(val)
+    return out
+
+
 @app.command()
 def bench(
     trace: Optional[Path] = typer.Option(None, "--trace", help="replay this trace file (.jsonl or .jsonl.gz)"),
@@ -43,6 +69,9 @@ def bench(
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="replay closed loop with this many workflows at once"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the results as JSON here"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG comparing the policies here"),
+    train: Optional[Path] = typer.Option(None, "--train", help="train offline-learning policies on this trace; score on all of --trace/--workload"),
+    train_fraction: Optional[float] = typer.Option(None, "--train-fraction", help="hold back this share of the workflows for offline training (default 0.25 when a policy needs training, else 0); every policy is scored on the rest"),
+    set_: list[str] = typer.Option([], "--set", help="policy option, e.g. --set cachesage.lookahead=4 (repeatable)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
 ) -> None:
     """Replay a trace under several policies and print hit rates, TTFT, end-to-end latency and throughput."""
@@ -69,8 +98,13 @@ def bench(
     else:
         source = workload_source(workload or DEFAULT_WORKLOAD, GenConfig(workflows=workflows, seed=seed,
                                                                          concurrency=concurrency or 32))
+    if train is not None:
+        from agentrt.trace.reader import TraceReader
+        TraceReader(train)  # a missing or malformed header fails here, before any replay
     opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
-                        concurrency=concurrency, seed=seed)
+                        concurrency=concurrency, seed=seed, train_fraction=train_fraction,
+                        train_path=str(train) if train else None,
+                        policy_options=parse_policy_options(set_, names))
     try:
         with Progress(TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, disable=quiet, transient=True) as prog:

@@ -9,10 +9,11 @@ and no timings, since they are not engines.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from agentrt.bench.source import TraceSource
 from agentrt.bounds.offline import belady_bound, infinite_bound
+from agentrt.errors import AgentrtError
 from agentrt.engine.presets import get_preset
 from agentrt.engine.simulator import EngineConfig, Simulator
 from agentrt.policies.registry import BOUNDS, check_names, make_policy
@@ -27,6 +28,9 @@ class BenchOptions:
     max_batch_tokens: int = 8192
     max_running: int = 256
     seed: int = 0
+    train_fraction: float | None = None   # hold back this share of workflows for offline training
+    train_path: str | None = None         # or train on this separate trace
+    policy_options: dict = field(default_factory=dict)   # {policy: {option: value}}
 
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -38,21 +42,52 @@ def engine_config(opts: BenchOptions, block_size: int) -> EngineConfig:
                         max_batch_tokens=opts.max_batch_tokens, max_running=opts.max_running)
 
 
+def make_trained_policy(name: str, source: TraceSource, opts: BenchOptions):
+    policy = make_policy(name, seed=opts.seed, **opts.policy_options.get(name, {}))
+    if policy.needs_training:
+        if opts.train_path:
+            from agentrt.trace.reader import TraceReader
+            train = TraceReader(opts.train_path)
+            policy.train(iter(train), train.header.block_size)
+        else:
+            policy.train(source.train_calls(), source.header.block_size)
+    return policy
+
+
 def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream: bool = False,
                progress: Callable[[int], None] | None = None) -> Simulator:
     cfg = engine_config(opts, source.header.block_size)
-    policy = make_policy(name)
+    policy = make_trained_policy(name, source, opts)
     conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
-    sim = Simulator(cfg, policy, iter(source.reader()), concurrency=conc,
+    sim = Simulator(cfg, policy, source.eval_calls(), concurrency=conc,
                     record_stream=record_stream, progress=progress)
     sim.run()
     return sim
+
+
+def plan_split(source: TraceSource, policies: list[str], opts: BenchOptions) -> dict | None:
+    """Hold back training workflows when a requested policy learns offline (see docs/results.md)."""
+    from agentrt.policies.registry import policy_class
+    needs = any(policy_class(p) is not None and policy_class(p).needs_training for p in policies)
+    if opts.train_path:
+        return {"source": opts.train_path, "workflows": None}
+    frac = opts.train_fraction
+    if frac is None:
+        frac = 0.25 if needs else 0.0
+    if not 0.0 <= frac < 1.0:
+        raise AgentrtError(f"--train-fraction must be in [0, 1), got {frac}")
+    k = int(source.workflows * frac)
+    source.train_workflows = k
+    if k == 0:
+        return None
+    return {"source": f"first {k} of {source.workflows} workflows of the trace", "workflows": k}
 
 
 def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
               progress: ProgressFactory | None = None) -> dict:
     check_names(policies)
     get_preset(opts.preset)
+    split = plan_split(source, policies, opts)
     bs = source.header.block_size
     cfg = engine_config(opts, bs)
     want_bounds = [p for p in policies if p in BOUNDS]
@@ -63,10 +98,11 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
     else:
         hidden_lru = False
     results: dict[str, dict] = {}
+    eval_calls = source.eval_calls_count if progress else 0
     stream = None
     sims = {}
     for name in real:
-        cb = progress(name, source.calls) if progress else None
+        cb = progress(name, eval_calls) if progress else None
         sim = run_policy(source, name, opts, record_stream=(name == "lru" and bool(want_bounds)),
                          progress=cb)
         sims[name] = sim
@@ -92,7 +128,7 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
     config.update(block_size=bs, gpu_blocks=cfg.gpu_blocks,
                   block_bytes=cfg.block_bytes,
                   concurrency=opts.concurrency if opts.concurrency is not None else source.header.concurrency,
-                  bounds_stream="lru" if want_bounds else None)
+                  bounds_stream="lru" if want_bounds else None, train=split)
     return {"trace": source.label, "calls": first.calls, "workflows": first.workflows,
             "config": config, "results": ordered,
             "lru_reference": lru_metrics.summary() if hidden_lru and lru_metrics else None}

@@ -31,7 +31,9 @@ from agentrt.engine.presets import Preset
 from agentrt.engine.replay import WorkflowReplay
 from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, Request
 from agentrt.runtime import events as ev
+from agentrt.runtime.actions import Prefetch, WarmUp
 from agentrt.runtime.policy import Policy
+from agentrt.runtime.runtime import AgentRuntime
 from agentrt.trace.schema import Call
 
 
@@ -60,13 +62,15 @@ class EngineConfig:
 
 
 class Simulator:
-    def __init__(self, config: EngineConfig, policy: Policy, calls: Iterator[Call],
+    def __init__(self, config: EngineConfig, policy: Policy | AgentRuntime, calls: Iterator[Call],
                  concurrency: int | None = None, record_stream: bool = False,
                  progress: Callable[[int], None] | None = None) -> None:
         self.config = config
-        self.policy = policy
+        self.runtime = policy if isinstance(policy, AgentRuntime) else AgentRuntime(policy)
+        self.policy = self.runtime.policy
         self.cost = CostModel(config.preset)
-        self.cache = RadixKVCache(config.gpu_blocks, config.host_blocks, policy, config.block_bytes)
+        self.cache = RadixKVCache(config.gpu_blocks, config.host_blocks, self.policy, config.block_bytes)
+        self.runtime.touch_clock = lambda: self.cache.touch_clock
         self.replay = WorkflowReplay(calls, concurrency)
         self.metrics = Metrics()
         self.stream: list | None = [] if record_stream else None
@@ -77,7 +81,10 @@ class Simulator:
         self._admit_blocked = False
         self._pcie_free = 0.0
         self._rid = 0
-        self._events = policy.wants_events
+        self._events = self.runtime.wants_events
+        self._observe = self.runtime.observe
+        self._acts = self.policy.acts
+        self._inflight: dict = {}        # prefetched block -> time its PCIe transfer is done
         if self._events:
             self.cache.on_evict = self._on_evict
 
@@ -96,6 +103,8 @@ class Simulator:
                     break
                 self.now = max(self.now, t)
                 continue
+            if self._acts:
+                self._act()
             if self.waiting and not self._admit_blocked:
                 self._admit()
             now = self.now
@@ -198,7 +207,7 @@ class Simulator:
             m.first_arrival = t
         self.waiting.append(r)
         if self._events:
-            self.policy.observe(ev.CallArrived(self.now, info))
+            self._observe(ev.CallArrived(self.now, info))
 
     def _admit(self) -> None:
         cache = self.cache
@@ -233,6 +242,8 @@ class Simulator:
                     r.state = LOADING
                 else:
                     r.state = PREFILL
+                if self._inflight and lease.gpu_hit:
+                    self._wait_for_prefetch(r, lease, now)
                 m.block_touches += lease.gpu_hit + lease.host_hit
             r.hit_tokens = gpu_tok + host_tok
             r.context = r.hit_tokens
@@ -250,7 +261,7 @@ class Simulator:
                 if self.stream is not None:
                     self.stream.append((info.tenant, info.hash_ids[:n_full], info.input_length, True))
             if self._events and lease is not None:
-                self.policy.observe(ev.CallAdmitted(now, info, lease.node, lease.gpu_hit, lease.host_hit))
+                self._observe(ev.CallAdmitted(now, info, lease.node, lease.gpu_hit, lease.host_hit))
 
     def _prefill_done(self, r: Request) -> None:
         now = self.now
@@ -258,7 +269,7 @@ class Simulator:
             inserted = self.cache.commit_prompt(r.lease, now)
             self.metrics.block_touches += inserted
             if self._events:
-                self.policy.observe(ev.PromptCached(now, r.info, r.lease.node, inserted))
+                self._observe(ev.PromptCached(now, r.info, r.lease.node, inserted))
         if not r.info.warmup:
             self.metrics.ttft.append(now - r.arrival)
         if r.info.output_length > 0:
@@ -284,7 +295,7 @@ class Simulator:
         self._admit_blocked = False
         if info.warmup:
             if self._events:
-                self.policy.observe(ev.CallFinished(now, info, node, False))
+                self._observe(ev.CallFinished(now, info, node, False))
             return
         m.calls += 1
         m.output_tokens += info.output_length
@@ -292,14 +303,97 @@ class Simulator:
             m.last_finish = now
         tool_call, ended = self.replay.finish(r.call, now)
         if self._events:
-            self.policy.observe(ev.CallFinished(now, info, node, tool_call))
+            self._observe(ev.CallFinished(now, info, node, tool_call))
         if ended is not None:
             m.workflows += 1
             m.e2e.append(now - (ended.first_arrival if ended.first_arrival is not None else r.arrival))
             if self._events:
-                self.policy.observe(ev.WorkflowEnded(now, info.workflow, info.tenant))
+                self._observe(ev.WorkflowEnded(now, info.workflow, info.tenant))
         if self.progress is not None:
             self.progress(1)
 
+    # ------------------------------------------------------------------ runtime actions
+    def _act(self) -> None:
+        for a in self.runtime.act(self.now, _View(self)):
+            if type(a) is WarmUp:
+                self._warm_up(a)
+            elif type(a) is Prefetch:
+                self._prefetch(a)
+
+    def _warm_up(self, a: WarmUp) -> None:
+        """A real request: the anchor plus a minimal message, one output token, never a user hit."""
+        if self.waiting:
+            return
+        self._rid += 1
+        bs = self.config.block_size
+        n_in = max(a.input_length, len(a.hash_ids) * bs + 1)
+        ids = list(a.hash_ids) + [-self._rid] * (-(-n_in // bs) - len(a.hash_ids))
+        info = ev.CallInfo(rid=self._rid, workflow=f"__warmup__{self._rid}", agent=a.agent,
+                           tenant=a.tenant, index=0, hash_ids=ids, input_length=n_in,
+                           output_length=1, block_size=bs, warmup=True)
+        total = -(-(n_in + 1) // bs)
+        r = Request(info, None, self.now, total - n_in // bs)
+        self.waiting.append(r)
+        if self._events:
+            self._observe(ev.CallArrived(self.now, info))
+
+    def _prefetch(self, a: Prefetch) -> None:
+        loaded = self.cache.prefetch(a.node, self.now, a.max_blocks, a.evict_below)
+        if not loaded:
+            return
+        start = max(self.now, self._pcie_free)
+        self._pcie_free = start + self.cost.pcie_seconds(len(loaded) * self.config.block_bytes)
+        for b in loaded:
+            self._inflight[b] = self._pcie_free
+        self.metrics.prefetch_blocks += len(loaded)
+
+    def _wait_for_prefetch(self, r: Request, lease, now: float) -> None:
+        """A request that hits blocks still in flight from a prefetch waits for the transfer."""
+        inflight = self._inflight
+        for b in [b for b, t in inflight.items() if t <= now]:
+            del inflight[b]
+        if not inflight:
+            return
+        ready = r.ready_at
+        node = lease.node
+        while node is not None and node.parent is not None:
+            t = inflight.get(node)
+            if t is not None and t > ready:
+                ready = t
+            node = node.parent
+        if ready > now:
+            r.ready_at = ready
+            r.state = LOADING
+
     def _on_evict(self, blocks: list, demoted: bool) -> None:
-        self.policy.observe(ev.BlocksEvicted(self.now, blocks, demoted))
+        self._observe(ev.BlocksEvicted(self.now, blocks, demoted))
+
+
+class _View:
+    """What a policy may read of the simulated engine when it acts (see runtime.actions.EngineView)."""
+
+    __slots__ = ("_sim", "now", "idle", "pcie_idle", "gpu_free", "block_size", "host_blocks")
+
+    def __init__(self, sim: Simulator) -> None:
+        self._sim = sim
+        self.now = sim.now
+        self.idle = not sim.waiting
+        self.pcie_idle = sim._pcie_free <= sim.now
+        self.gpu_free = sim.cache.free
+        self.block_size = sim.config.block_size
+        self.host_blocks = sim.config.host_blocks
+
+    def gpu_prefix(self, tenant: str, hash_ids: list[int]) -> int:
+        return self._sim.cache.match(tenant, hash_ids, len(hash_ids))[0]
+
+    def lookup(self, tenant: str, hash_ids: list[int]):
+        return self._sim.cache.lookup(tenant, hash_ids)
+
+    @staticmethod
+    def on_host(node) -> bool:
+        from agentrt.cache.block import HOST
+        return node.tier == HOST
+
+    @property
+    def cache(self):
+        return self._sim.cache

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agentrt.errors import unknown_name
+from agentrt.errors import AgentrtError, unknown_name
 from agentrt.runtime.policy import Policy
 
 BOUNDS = ("belady", "infinite")
@@ -28,8 +28,12 @@ def register(name: str, factory: Callable[..., Policy], description: str = "") -
 def _ensure_builtin() -> None:
     if _FACTORIES:
         return
+    from agentrt.policies.cachesage import CacheSagePolicy
+    from agentrt.policies.kvflow import KVFlowPolicy
     from agentrt.policies.lru import LRUPolicy
-    register("lru", LRUPolicy, LRUPolicy.description)
+    from agentrt.policies.ttl import TTLPolicy
+    for cls in (LRUPolicy, CacheSagePolicy, KVFlowPolicy, TTLPolicy):
+        register(cls.name, cls, cls.description)
 
 
 def policy_names() -> list[str]:
@@ -49,8 +53,19 @@ def check_names(names: list[str]) -> None:
             raise unknown_name("policy", n, valid)
 
 
+def policy_class(name: str):
+    """The class behind a policy name (None for the offline bounds)."""
+    _ensure_builtin()
+    f = _FACTORIES.get(name)
+    return f if isinstance(f, type) else None
+
+
 def make_policy(name: str, **options) -> Policy:
     _ensure_builtin()
     if name not in _FACTORIES:
         raise unknown_name("policy", name, policy_names())
-    return _FACTORIES[name](**options)
+    factory = _FACTORIES[name]
+    try:
+        return factory(**options)
+    except TypeError as e:
+        raise AgentrtError(f"bad option for policy '{name}': {e}") from None

@@ -36,10 +36,22 @@ class Policy:
     description: ClassVar[str] = ""
     dynamic: ClassVar[bool] = False      # scores change between touches (bumps `epoch`)
     wants_events: ClassVar[bool] = False  # engines skip building events for policies that don't
-    clairvoyant: ClassVar[bool] = False   # an offline bound, not a policy an engine can run
+    needs_tags: ClassVar[bool] = False    # the runtime tags blocks with the threads that used them
+    acts: ClassVar[bool] = False          # engines call `act` between scheduler steps
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int = 0) -> None:
         self.epoch = 0
+        self.seed = seed
+        self.runtime = None
+
+    def bind(self, runtime) -> None:
+        """Called once by the `AgentRuntime` hosting the policy (workflows, agents, clock)."""
+        self.runtime = runtime
+
+    needs_training: ClassVar[bool] = False  # learns offline from a training split (`train`)
+
+    def train(self, calls, block_size: int = 16) -> None:
+        """Offline training on a separate trace's calls (policies that need it override this)."""
 
     def observe(self, event: "Event") -> None:
         """Take an engine event."""

@@ -17,12 +17,28 @@ def _ensure_builtin() -> None:
     if _WORKLOADS:
         return
     from agentrt.workloads.builtin import TeamWorkload
-    register(TeamWorkload)
+    from agentrt.workloads.financebench import FinancebenchWorkload
+    from agentrt.workloads.gaia import GaiaWorkload
+    from agentrt.workloads.gsm8k import Gsm8kWorkload
+    from agentrt.workloads.hover import HoverWorkload
+    from agentrt.workloads.humaneval import HumanevalWorkload
+    from agentrt.workloads.mix import MixWorkload
+    from agentrt.workloads.mmlu import MmluWorkload
+    from agentrt.workloads.mtbench import MtbenchWorkload
+    from agentrt.workloads.swebench import SwebenchWorkload
+    for cls in (TeamWorkload, HoverWorkload, SwebenchWorkload, FinancebenchWorkload, MmluWorkload,
+                MtbenchWorkload, GaiaWorkload, Gsm8kWorkload, HumanevalWorkload, MixWorkload):
+        register(cls)
 
 
 def workload_names() -> list[str]:
     _ensure_builtin()
     return list(_WORKLOADS)
+
+
+def workload_summaries() -> dict[str, str]:
+    _ensure_builtin()
+    return {n: cls.summary for n, cls in _WORKLOADS.items()}
 
 
 def get_workload(name: str) -> Workload:

@@ -1,0 +1,201 @@
+"""`AgentRuntime`: the layer between engines and policies.
+
+Engines (the simulator, the vLLM connector, the server) create one runtime around one policy and
+feed it events; the cache ranks blocks through it. The runtime does what every agent-aware policy
+needs, once:
+- identity: the agent named by the trace or request, else one inferred from the prompt's anchor
+  (the hash id of its leading `anchor_tokens`, i.e. the system prompt), so frameworks that send no
+  metadata still get agents;
+- workflow lifecycles: a table of live workflows (agent path, threads, calls in flight), dropped
+  when a workflow ends or stays silent for `silent_after_s` with nothing in flight;
+- agent profiles: each agent's anchor blocks (confirmed by two or more workflows) and mean think
+  time after its calls; at most `max_agents`, least recently seen dropped first;
+- block tags (only for policies with `needs_tags`): which threads used each cached block, written
+  when a call finishes, before its blocks can be evicted.
+Then it forwards the event to the policy. Warm-up calls are forwarded but never learned from.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+from agentrt.runtime import events as ev
+from agentrt.runtime.policy import Policy
+from agentrt.runtime.state import AgentProfile, BlockTag, Thread, WorkflowState
+
+
+def anchor_agent(hash_ids: list[int], input_length: int, block_size: int,
+                 anchor_tokens: int = 256) -> str:
+    """The agent a prompt's anchor names: the chained hash id that covers its first
+    `anchor_tokens` tokens (fewer if the prompt is shorter), so equal system prompts agree."""
+    if not hash_ids:
+        return "anchor:none"
+    n_full = input_length // block_size
+    k = max(1, anchor_tokens // block_size)
+    n = max(1, min(k, n_full)) if n_full else 1
+    return f"anchor:{hash_ids[n - 1]}"
+
+
+def call_agent(c, block_size: int, anchor_tokens: int = 256) -> str:
+    """The agent of a trace `Call`, explicit or inferred exactly as the runtime infers it."""
+    return c.agent or anchor_agent(c.hash_ids, c.input_length, block_size, anchor_tokens)
+
+
+class AgentRuntime:
+    def __init__(self, policy: Policy, *, anchor_tokens: int = 256, max_anchor_tokens: int = 8192,
+                 silent_after_s: float = 600.0, max_agents: int = 4096) -> None:
+        self.policy = policy
+        self.anchor_tokens = anchor_tokens
+        self.max_anchor_tokens = max_anchor_tokens
+        self.silent_after_s = silent_after_s
+        self.max_agents = max_agents
+        self.workflows: dict[str, WorkflowState] = {}
+        self.agents: OrderedDict[tuple[str, str], AgentProfile] = OrderedDict()
+        self._calls: dict[int, Thread] = {}
+        self._events = 0
+        self.touch_clock: Callable[[], int] = lambda: 0
+        self.tags = policy.needs_tags
+        self.wants_events = policy.wants_events or policy.needs_tags
+        self.errors = 0
+        policy.bind(self)
+
+    # the cache ranks through these
+    @property
+    def dynamic(self) -> bool:
+        return self.policy.dynamic
+
+    @property
+    def epoch(self) -> int:
+        return self.policy.epoch
+
+    def score(self, block):
+        return self.policy.score(block)
+
+    def predict(self, horizon: int):
+        return self.policy.predict(horizon)
+
+    def act(self, now: float, view) -> list:
+        return self.policy.act(now, view)
+
+    # ------------------------------------------------------------------ identity
+    def resolve_agent(self, info: ev.CallInfo) -> str:
+        """The call's agent: explicit, or `anchor:<id>` from its leading blocks."""
+        if info.agent:
+            return info.agent
+        info.agent = anchor_agent(info.hash_ids, info.input_length, info.block_size, self.anchor_tokens)
+        info.agent_explicit = False
+        return info.agent
+
+    def profile(self, tenant: str, agent: str) -> AgentProfile | None:
+        return self.agents.get((tenant, agent))
+
+    def _profile_for(self, tenant: str, agent: str) -> AgentProfile:
+        key = (tenant, agent)
+        p = self.agents.get(key)
+        if p is None:
+            p = self.agents[key] = AgentProfile(agent, tenant)
+            if len(self.agents) > self.max_agents:
+                self.agents.popitem(last=False)
+        else:
+            self.agents.move_to_end(key)
+        return p
+
+    # ------------------------------------------------------------------ events
+    def observe(self, e: ev.Event) -> None:
+        t = type(e)
+        if t is ev.CallArrived:
+            self._arrived(e)
+        elif t is ev.CallFinished:
+            self._finished(e)
+        elif t is ev.WorkflowEnded:
+            # the policy sees the ended workflow (ended=True) before the runtime drops it
+            wf = self.workflows.get(e.workflow)
+            if wf is not None:
+                wf.ended = True
+            self.policy.observe(e)
+            self.workflows.pop(e.workflow, None)
+            self._tick(e.now)
+            return
+        self.policy.observe(e)
+        self._tick(e.now)
+
+    def _tick(self, now: float) -> None:
+        self._events += 1
+        if self._events % 256 == 0:
+            self._sweep(now)
+
+    def _arrived(self, e: ev.CallArrived) -> None:
+        info = e.call
+        if info.warmup:
+            return
+        agent = self.resolve_agent(info)
+        wf = self.workflows.get(info.workflow)
+        if wf is None:
+            wf = self.workflows[info.workflow] = WorkflowState(info.workflow, info.tenant, e.now)
+        if wf.last_finish is not None and wf.last_agent is not None and wf.running == 0:
+            prev = self._profile_for(wf.tenant, wf.last_agent)
+            prev.think_total_s += max(0.0, e.now - wf.last_finish)
+            prev.think_count += 1
+        prof = self._profile_for(info.tenant, agent)
+        prof.observe_prompt(info.hash_ids, info.n_full, info.workflow,
+                            max(1, self.max_anchor_tokens // info.block_size))
+        wf.last_seen = e.now
+        wf.path.append(agent)
+        if len(wf.path) > 64:
+            del wf.path[:-64]
+        wf.signal = info.signal
+        wf.running += 1
+        th = wf.thread(agent)
+        th.calls += 1
+        self._calls[info.rid] = th
+
+    def _finished(self, e: ev.CallFinished) -> None:
+        info = e.call
+        th = self._calls.pop(info.rid, None)
+        if th is None:
+            return
+        wf = th.workflow
+        wf.running -= 1
+        wf.last_seen = e.now
+        wf.last_finish = e.now
+        wf.last_agent = th.agent
+        node = e.node
+        if node is not None:
+            th.last_node = node
+            if self.tags:
+                self._tag_path(node, th)
+
+    @staticmethod
+    def _tag_path(node, th: Thread) -> None:
+        # a thread's prompts only grow, so once a block already carries it, so do its ancestors
+        while node is not None and node.parent is not None:
+            tag = node.meta
+            if tag is None:
+                tag = node.meta = BlockTag()
+            elif th in tag.threads:
+                return
+            tag.add(th)
+            node = node.parent
+
+    def thread_of(self, rid: int) -> Thread | None:
+        return self._calls.get(rid)
+
+    def _sweep(self, now: float) -> None:
+        """End workflows that went silent with nothing in flight (their framework never said)."""
+        cutoff = now - self.silent_after_s
+        silent = [w for w in self.workflows.values() if w.running == 0 and w.last_seen < cutoff]
+        for wf in silent:
+            wf.ended = True
+            self.policy.observe(ev.WorkflowEnded(now, wf.id, wf.tenant))
+            del self.workflows[wf.id]
+
+    def state_bytes(self) -> int:
+        """Rough size of the runtime's own tables plus the policy's state."""
+        n = 0
+        for wf in self.workflows.values():
+            n += 200 + 8 * len(wf.path) + 120 * len(wf.threads)
+        for p in self.agents.values():
+            n += 150 + 8 * len(p.anchor)
+        n += 100 * len(self._calls)
+        return n + self.policy.state_bytes()

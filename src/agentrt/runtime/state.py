@@ -1,0 +1,112 @@
+"""The runtime's state, keyed by agent identity: workflows, agent threads, agent profiles, block tags.
+
+- `WorkflowState`: one live workflow run: its tenant, the agents it has called in order, its
+  threads, when it was last heard from. Dropped when the workflow ends or goes silent.
+- `Thread`: one agent inside one workflow (its growing prompt); the unit a block belongs to.
+  Policies cache per-thread values on it (`value`, `pinned_until`).
+- `AgentProfile`: what is known of an agent across workflows: its anchor (the leading blocks
+  all its calls share, i.e. its system prompt and tools), calls seen, think times after its calls.
+- `BlockTag`: stored in `Block.meta`, the threads that have used the block. Tags hold threads of
+  ended workflows only until the next prune, so they stay bounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class Thread:
+    __slots__ = ("workflow", "agent", "calls", "value", "pinned_until", "last_node")
+
+    def __init__(self, workflow: "WorkflowState", agent: str) -> None:
+        self.workflow = workflow
+        self.agent = agent
+        self.calls = 0
+        self.value = 0.0              # a policy's cached per-thread priority
+        self.pinned_until = -1.0      # TTL policies: pinned while now < pinned_until
+        self.last_node = None         # deepest cached block of its latest call
+
+    @property
+    def active(self) -> bool:
+        return not self.workflow.ended
+
+    def __repr__(self) -> str:
+        return f"Thread({self.workflow.id}/{self.agent})"
+
+
+class WorkflowState:
+    __slots__ = ("id", "tenant", "path", "threads", "last_seen", "ended", "running", "last_finish",
+                 "last_agent", "signal", "extra")
+
+    def __init__(self, wid: str, tenant: str, now: float) -> None:
+        self.id = wid
+        self.tenant = tenant
+        self.path: list[str] = []              # agents called so far, in order
+        self.threads: dict[str, Thread] = {}
+        self.last_seen = now
+        self.ended = False
+        self.running = 0                       # calls in flight
+        self.last_finish: float | None = None
+        self.last_agent: str | None = None     # agent of the latest finished call
+        self.signal: list[float] | None = None  # the latest call's semantic signal
+        self.extra: dict = {}                  # per-policy scratch (bounded with the workflow)
+
+    def thread(self, agent: str) -> Thread:
+        t = self.threads.get(agent)
+        if t is None:
+            t = self.threads[agent] = Thread(self, agent)
+        return t
+
+
+@dataclass(slots=True)
+class AgentProfile:
+    name: str
+    tenant: str
+    anchor: list[int] = field(default_factory=list)  # hash ids shared by all its calls so far
+    anchor_workflows: int = 0                        # distinct workflows that confirmed the anchor
+    calls: int = 0
+    think_total_s: float = 0.0
+    think_count: int = 0
+    last_workflow: str | None = None
+
+    @property
+    def mean_think_s(self) -> float | None:
+        return self.think_total_s / self.think_count if self.think_count else None
+
+    def observe_prompt(self, hash_ids: list[int], n_full: int, workflow: str, max_blocks: int) -> None:
+        self.calls += 1
+        if not self.anchor and self.anchor_workflows == 0:
+            self.anchor = list(hash_ids[:min(n_full, max_blocks)])
+            self.anchor_workflows = 1
+            self.last_workflow = workflow
+            return
+        if workflow == self.last_workflow:
+            return
+        self.last_workflow = workflow
+        a = self.anchor
+        n = min(len(a), n_full)
+        i = 0
+        while i < n and a[i] == hash_ids[i]:
+            i += 1
+        del a[i:]
+        self.anchor_workflows += 1
+
+
+class BlockTag:
+    __slots__ = ("threads",)
+    PRUNE_AT = 16
+
+    def __init__(self) -> None:
+        self.threads: set[Thread] = set()
+
+    def add(self, t: Thread) -> None:
+        ts = self.threads
+        ts.add(t)
+        if len(ts) > self.PRUNE_AT:
+            self.threads = {x for x in ts if not x.workflow.ended}
+
+    def active_threads(self):
+        return [t for t in self.threads if not t.workflow.ended]
+
+    def agents(self) -> set[str]:
+        return {t.agent for t in self.threads}

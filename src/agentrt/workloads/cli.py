@@ -1,0 +1,126 @@
+"""Workload commands of the `agentrt` CLI: workloads, generate, stats, import ag2.
+
+`agentrt.cli` loads this module and calls `register_commands(app)`. User errors raise
+`AgentrtError`, which the main CLI prints in one line before exiting with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from agentrt.errors import AgentrtError
+
+
+def _arrivals(rate: Optional[float], concurrency: Optional[int]) -> None:
+    if rate is not None and concurrency is not None:
+        raise AgentrtError("give either --rate or --concurrency, not both")
+    if rate is not None and rate <= 0:
+        raise AgentrtError(f"--rate must be > 0, got {rate}")
+    if concurrency is not None and concurrency <= 0:
+        raise AgentrtError(f"--concurrency must be > 0, got {concurrency}")
+
+
+def workloads() -> None:
+    """List the workload generators, one line each."""
+    from agentrt.workloads.registry import workload_summaries
+    for name, summary in workload_summaries().items():
+        typer.echo(f"{name:13s} {summary}")
+
+
+def generate(
+    name: str = typer.Argument(..., help="workload name (see `agentrt workloads`)"),
+    out: Path = typer.Option(..., "-o", "--out", help="trace file to write (.jsonl or .jsonl.gz)"),
+    workflows: int = typer.Option(100, "--workflows", help="number of workflows"),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Poisson arrivals, workflows per second"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="closed loop: workflows at once (default 16)"),
+    seed: int = typer.Option(0, "--seed", help="seed: equal seeds give equal traces"),
+    noise: float = typer.Option(0.3, "--noise", help="noise of the per-call semantic signal"),
+    block_size: int = typer.Option(16, "--block-size", help="tokens per hash id"),
+) -> None:
+    """Generate a workflow trace from a workload generator."""
+    from agentrt.trace.writer import write_trace
+    from agentrt.workloads.base import GenConfig
+    from agentrt.workloads.registry import get_workload
+
+    _arrivals(rate, concurrency)
+    wl = get_workload(name)
+    try:
+        cfg = GenConfig(workflows=workflows, rate=rate, concurrency=concurrency, seed=seed,
+                        noise=noise, block_size=block_size)
+    except ValueError as e:
+        raise AgentrtError(str(e)) from None
+    n = write_trace(out, wl.header(cfg), wl.generate(cfg))
+    typer.echo(f"wrote {n} calls of {workflows} {name} workflows to {out}")
+
+
+def stats(
+    trace: Path = typer.Argument(..., help="trace file"),
+    as_json: bool = typer.Option(False, "--json", help="print the statistics as JSON"),
+) -> None:
+    """Per-trace statistics: calls, token sizes, reuse within and across workflows, infinite-cache hit rate."""
+    from agentrt.workloads.stats import trace_stats
+    st = trace_stats(trace)
+    if as_json:
+        typer.echo(json.dumps(st.to_json(), indent=2))
+        return
+    rows = [
+        ("workflows", f"{st.workflows:,}"),
+        ("calls", f"{st.calls:,}"),
+        ("calls per workflow", f"{st.calls_per_workflow:.2f}"),
+        ("agents", f"{len(st.agent_calls)}: " + ", ".join(f"{a} ({n})" for a, n in st.agent_calls.items())),
+        ("agent orders", f"{st.agent_orders:,} distinct"),
+        ("mean prompt tokens", f"{st.mean_prompt_tokens:,.0f}"),
+        ("mean output tokens", f"{st.mean_output_tokens:,.0f}"),
+        ("reusable within workflow", f"{st.reuse_within:.1%}"),
+        ("reusable across workflows", f"{st.reuse_across:.1%}"),
+        ("infinite-cache hit rate", f"{st.infinite_hit_rate:.1%}"),
+        ("distinct blocks", f"{st.distinct_blocks:,} x {st.block_size} tokens"),
+    ]
+    for k, v in rows:
+        typer.echo(f"{k:26s} {v}")
+
+
+def import_ag2_cmd(
+    src: Path = typer.Argument(..., help="directory of AG2 log files (*.json), or one file"),
+    out: Path = typer.Option(..., "-o", "--out", help="trace file to write"),
+    think_ms: float = typer.Option(3000.0, "--think-ms", help="time of a tool or human step (ms)"),
+    tokenizer: str = typer.Option("estimate", "--tokenizer", help="estimate, tiktoken:NAME, quicktok:NAME or hf:PATH"),
+    first_is_call: bool = typer.Option(False, "--first-is-call", help="treat the opening message as an LLM call"),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Poisson arrivals, workflows per second"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="closed loop: workflows at once (default 16)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the Poisson arrivals"),
+    block_size: int = typer.Option(16, "--block-size", help="tokens per hash id"),
+) -> None:
+    """Import AG2/AutoGen group-chat logs: one workflow per file; bad files are reported and skipped.
+
+    Exits non-zero only when no file could be imported.
+    """
+    from agentrt.workloads.ag2 import Ag2Importer, import_ag2
+
+    _arrivals(rate, concurrency)
+    if block_size <= 0:
+        raise AgentrtError(f"--block-size must be > 0, got {block_size}")
+    imp = Ag2Importer(block_size=block_size, think_ms=think_ms, tokenizer=tokenizer,
+                      first_is_call=first_is_call, rate=rate, concurrency=concurrency, seed=seed)
+    res = import_ag2(src, out, imp)
+    for f, problem in res.errors:
+        print(f"skipped {f}: {problem}", file=sys.stderr)
+    if res.workflows == 0:
+        out.unlink(missing_ok=True)
+        raise AgentrtError(f"no log could be imported from {src} ({len(res.errors)} bad, see above)")
+    typer.echo(f"wrote {res.calls} calls of {res.workflows} workflows to {out}"
+               + (f" ({len(res.errors)} files skipped)" if res.errors else ""))
+
+
+def register_commands(app: typer.Typer) -> None:
+    app.command("workloads")(workloads)
+    app.command("generate")(generate)
+    app.command("stats")(stats)
+    imp = typer.Typer(help="Import multi-agent logs as workflow traces.", no_args_is_help=True)
+    imp.command("ag2")(import_ag2_cmd)
+    app.add_typer(imp, name="import")

@@ -1,0 +1,94 @@
+"""The runtime layer: identity inference, workflow lifecycles, agent profiles, block tags."""
+
+from agentrt.cache import RadixKVCache
+from agentrt.policies.lru import LRUPolicy
+from agentrt.runtime import events as ev
+from agentrt.runtime.policy import Policy
+from agentrt.runtime.runtime import AgentRuntime, anchor_agent
+from agentrt.runtime.state import AgentProfile
+
+BS = 16
+
+
+def info(rid, wf, ids, agent=None, tenant="default"):
+    return ev.CallInfo(rid=rid, workflow=wf, agent=agent, tenant=tenant, index=0, hash_ids=ids,
+                       input_length=len(ids) * BS, output_length=4, block_size=BS)
+
+
+class Tagging(Policy):
+    name = "tagging"
+    wants_events = True
+    needs_tags = True
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def observe(self, e):
+        self.seen.append(type(e).__name__)
+
+
+def test_agent_inferred_from_anchor_when_not_named():
+    rt = AgentRuntime(Tagging())
+    sys_a = list(range(100, 120))     # 320 tokens of system prompt
+    a1 = info(1, "w1", sys_a + [1, 2])
+    a2 = info(2, "w2", sys_a + [7])
+    b = info(3, "w3", list(range(500, 520)))
+    for i in (a1, a2, b):
+        rt.observe(ev.CallArrived(0.0, i))
+    assert a1.agent == a2.agent != b.agent
+    assert a1.agent.startswith("anchor:") and not a1.agent_explicit
+    assert anchor_agent(sys_a + [1], (len(sys_a) + 1) * BS, BS) == a1.agent
+    named = info(4, "w4", sys_a, agent="planner")
+    rt.observe(ev.CallArrived(0.0, named))
+    assert named.agent == "planner" and named.agent_explicit
+
+
+def test_anchor_is_the_prefix_shared_across_workflows():
+    p = AgentProfile("coder", "default")
+    p.observe_prompt([1, 2, 3, 4, 5], 5, "w1", 100)
+    p.observe_prompt([1, 2, 3, 4, 5, 6], 6, "w1", 100)   # same workflow: no evidence
+    assert p.anchor == [1, 2, 3, 4, 5] and p.anchor_workflows == 1
+    p.observe_prompt([1, 2, 3, 9], 4, "w2", 100)
+    assert p.anchor == [1, 2, 3] and p.anchor_workflows == 2
+
+
+def test_workflow_state_dropped_at_end_and_when_silent():
+    rt = AgentRuntime(Tagging(), silent_after_s=10.0)
+    rt.observe(ev.CallArrived(0.0, i1 := info(1, "done", [1, 2], "a")))
+    rt.observe(ev.CallFinished(1.0, i1, None))
+    rt.observe(ev.WorkflowEnded(1.0, "done", "default"))
+    assert "done" not in rt.workflows
+    rt.observe(ev.CallArrived(2.0, i2 := info(2, "quiet", [3, 4], "a")))
+    rt.observe(ev.CallFinished(3.0, i2, None))
+    for k in range(300):  # the sweep runs every 256 events
+        rt.observe(ev.BlocksEvicted(100.0 + k, [], False))
+    assert "quiet" not in rt.workflows
+    assert rt.policy.seen.count("WorkflowEnded") == 2
+
+
+def test_think_time_learned_per_agent():
+    rt = AgentRuntime(Tagging())
+    rt.observe(ev.CallArrived(0.0, c1 := info(1, "w", [1], "coder")))
+    rt.observe(ev.CallFinished(1.0, c1, None, tool_call=True))
+    rt.observe(ev.CallArrived(4.0, info(2, "w", [2], "tester")))
+    assert rt.profile("default", "coder").mean_think_s == 3.0
+
+
+def test_blocks_tagged_with_threads_on_finish():
+    cache = RadixKVCache(100)
+    rt = AgentRuntime(Tagging())
+    lease = cache.acquire("default", [1, 2, 3], 3, 0, 0.0)
+    cache.commit_prompt(lease, 0.0)
+    c = info(1, "w", [1, 2, 3], "a")
+    rt.observe(ev.CallArrived(0.0, c))
+    cache.release(lease, [], 1.0)
+    rt.observe(ev.CallFinished(1.0, c, lease.node))
+    th = rt.workflows["w"].threads["a"]
+    assert all(th in b.meta.threads for b in lease.node.path())
+    assert th.last_node is lease.node
+
+
+def test_lru_needs_no_events():
+    rt = AgentRuntime(LRUPolicy())
+    assert not rt.wants_events
