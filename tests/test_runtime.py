@@ -5,7 +5,7 @@ from agentrt.policies.lru import LRUPolicy
 from agentrt.runtime import events as ev
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.runtime import AgentRuntime, anchor_agent
-from agentrt.runtime.state import AgentProfile
+from agentrt.runtime.state import AgentProfile, threads_of
 
 BS = 16
 
@@ -85,7 +85,7 @@ def test_blocks_tagged_with_threads_on_finish():
     cache.release(lease, [], 1.0)
     rt.observe(ev.CallFinished(1.0, c, lease.node))
     th = rt.workflows["w"].threads["a"]
-    assert all(th in b.meta.threads for b in lease.node.path())
+    assert all(th in threads_of(b.meta) for b in lease.node.path())
     assert th.last_node is lease.node
 
 

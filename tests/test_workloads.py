@@ -152,43 +152,36 @@ def test_mix_runs_several_types_with_unique_ids():
         assert all(c.agent.startswith(kind + "/") for c in cs)
 
 
-def _next_label_accuracy(calls, use_signal: bool) -> float:
-    """Predict the next agent (or END) of each call from its agent, with or without its signal."""
+def _next_label_accuracy(calls, use_signal: bool, k: int = 25) -> float:
+    """Predict each call's next agent (or END) from its agent: the majority label of that agent's
+    training calls, or with the signal the majority among its k nearest training calls."""
     wfs = list(by_workflow(calls).values())
-    rows = []
+    train_ids = {wf[0].workflow for wf in wfs[: len(wfs) // 2]}
+    train: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+    test = []
     for wf in wfs:
         for i, c in enumerate(wf):
-            rows.append((c.workflow, c.agent, wf[i + 1].agent if i + 1 < len(wf) else "END",
-                         np.array(c.signal)))
-    train_ids = {wf[0].workflow for wf in wfs[: len(wfs) // 2]}
-    groups: dict[tuple[str, str], list] = defaultdict(list)
-    for w, agent, label, sig in rows:
-        if w in train_ids:
-            groups[(agent, label)].append(sig)
-    centroids = {k: (np.mean(v, axis=0), len(v)) for k, v in groups.items()}
-    # isotropic Gaussian classes with a pooled variance, and the class frequencies as priors
-    var = float(np.mean([np.var(np.array(v) - centroids[k][0]) for k, v in groups.items() for _ in v]))
-    hits = total = 0
-    for w, agent, label, sig in rows:
-        if w in train_ids:
-            continue
-        options = [(k[1], m, n) for k, (m, n) in centroids.items() if k[0] == agent]
-        if not options:
-            continue
+            label = wf[i + 1].agent if i + 1 < len(wf) else "END"
+            if c.workflow in train_ids:
+                train[c.agent][0].append(c.signal)
+                train[c.agent][1].append(label)
+            else:
+                test.append((c.agent, label, np.array(c.signal)))
+    hits = 0
+    for agent, label, sig in test:
+        sigs, labels = train[agent]
         if use_signal:
-            guess = max(options, key=lambda o: np.log(o[2]) - float(np.sum((sig - o[1]) ** 2)) / (2 * var))[0]
-        else:
-            guess = max(options, key=lambda o: o[2])[0]
-        hits += guess == label
-        total += 1
-    return hits / total
+            near = np.argsort(np.sum((np.array(sigs) - sig) ** 2, axis=1))[:k]
+            labels = [labels[j] for j in near]
+        hits += max(set(labels), key=labels.count) == label
+    return hits / len(test)
 
 
-@pytest.mark.parametrize("name", ["hover", "swebench", "gsm8k", "humaneval"])
+@pytest.mark.parametrize("name", ["hover", "swebench", "gsm8k", "humaneval", "gaia"])
 def test_signal_informs_but_does_not_reveal_the_next_step(name):
-    path_only = _next_label_accuracy(calls_of(name, 300), use_signal=False)
-    with_signal = _next_label_accuracy(calls_of(name, 300), use_signal=True)
-    noisy = _next_label_accuracy(calls_of(name, 300, noise=5.0), use_signal=True)
+    path_only = _next_label_accuracy(calls_of(name), use_signal=False)
+    with_signal = _next_label_accuracy(calls_of(name), use_signal=True)
+    noisy = _next_label_accuracy(calls_of(name, noise=5.0), use_signal=True)
     assert with_signal > path_only + 0.02
     assert with_signal < 0.99
     assert noisy < with_signal

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from agentrt.cache.block import HOST
 from agentrt.cache.radix import RadixKVCache
 from agentrt.engine.costs import CostModel
 from agentrt.engine.metrics import Metrics
@@ -85,6 +86,8 @@ class Simulator:
         self._observe = self.runtime.observe
         self._acts = self.policy.acts
         self._inflight: dict = {}        # prefetched block -> time its PCIe transfer is done
+        self._last_decode_only = False   # the latest iteration (or fast-forward stretch) had no prefill
+        self._last_iter_s = 0.0
         if self._events:
             self.cache.on_evict = self._on_evict
 
@@ -147,7 +150,10 @@ class Simulator:
                 k = min(r.output_left for r in decode)
                 if k > 1 and self._fast_forward(decode, ctx, k - 1, loading_until):
                     continue
-            self.now = now + cost.iteration(tokens, pairs, kv)
+            dur = cost.iteration(tokens, pairs, kv)
+            self.now = now + dur
+            self._last_decode_only = not chunks
+            self._last_iter_s = dur
             for r, n in chunks:
                 r.prefill_left -= n
                 r.context += n
@@ -186,6 +192,8 @@ class Simulator:
             steps += 1
         if steps == 0:
             return False
+        self._last_decode_only = True
+        self._last_iter_s = t - self.now
         self.now = t
         for r in decode:
             r.output_left -= steps
@@ -372,7 +380,8 @@ class Simulator:
 class _View:
     """What a policy may read of the simulated engine when it acts (see runtime.actions.EngineView)."""
 
-    __slots__ = ("_sim", "now", "idle", "pcie_idle", "gpu_free", "block_size", "host_blocks")
+    __slots__ = ("_sim", "now", "idle", "pcie_idle", "gpu_free", "block_size", "host_blocks",
+                 "decode_only", "pcie_blocks_per_iteration")
 
     def __init__(self, sim: Simulator) -> None:
         self._sim = sim
@@ -382,6 +391,10 @@ class _View:
         self.gpu_free = sim.cache.free
         self.block_size = sim.config.block_size
         self.host_blocks = sim.config.host_blocks
+        self.decode_only = sim._last_decode_only
+        # what the link moves while one iteration (or decode-only stretch) like the last one runs
+        self.pcie_blocks_per_iteration = int(sim._last_iter_s * sim.cost.pcie_bytes_s
+                                             // max(1, sim.config.block_bytes))
 
     def gpu_prefix(self, tenant: str, hash_ids: list[int]) -> int:
         return self._sim.cache.match(tenant, hash_ids, len(hash_ids))[0]
@@ -391,8 +404,16 @@ class _View:
 
     @staticmethod
     def on_host(node) -> bool:
-        from agentrt.cache.block import HOST
+        """Whether the path to `node` ends in the host tier (host blocks are always a suffix)."""
         return node.tier == HOST
+
+    @staticmethod
+    def host_blocks_on_path(node) -> int:
+        n = 0
+        while node is not None and node.tier == HOST:
+            n += 1
+            node = node.parent
+        return n
 
     @property
     def cache(self):

@@ -22,6 +22,7 @@ import math
 
 from agentrt.runtime import events as ev
 from agentrt.runtime.actions import WarmUp
+from agentrt.runtime.state import threads_of
 from agentrt.runtime.policy import Policy, Prediction
 from agentrt.policies.transitions import END, TransitionLearner
 
@@ -105,7 +106,7 @@ class CacheSagePolicy(Policy):
         if tag is not None and self._survival:
             surv = self._survival
             tenant = block.tenant
-            for th in tag.threads:
+            for th in threads_of(tag):
                 v = surv.get((tenant, th.agent), 0.0)
                 if v > s:
                     s = v

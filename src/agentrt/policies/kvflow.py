@@ -23,6 +23,7 @@ from collections import defaultdict, deque
 
 from agentrt.runtime import events as ev
 from agentrt.runtime.actions import Prefetch
+from agentrt.runtime.state import threads_of
 from agentrt.runtime.policy import Policy, Prediction
 from agentrt.runtime.runtime import call_agent
 
@@ -90,7 +91,7 @@ class KVFlowPolicy(Policy):
         best = FAR
         if tag is None:
             return best
-        for th in tag.threads:
+        for th in threads_of(tag):
             wf = th.workflow
             if wf.ended or not wf.path:
                 continue

@@ -31,8 +31,10 @@ def _ensure_builtin() -> None:
     from agentrt.policies.cachesage import CacheSagePolicy
     from agentrt.policies.kvflow import KVFlowPolicy
     from agentrt.policies.lru import LRUPolicy
+    from agentrt.policies.pbkv import PBKVAggressivePolicy, PBKVHEPolicy, PBKVLAEPolicy, PBKVPolicy
     from agentrt.policies.ttl import TTLPolicy
-    for cls in (LRUPolicy, CacheSagePolicy, KVFlowPolicy, TTLPolicy):
+    for cls in (LRUPolicy, CacheSagePolicy, KVFlowPolicy, TTLPolicy, PBKVLAEPolicy, PBKVHEPolicy,
+                PBKVPolicy, PBKVAggressivePolicy):
         register(cls.name, cls, cls.description)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 
 from agentrt.runtime import events as ev
+from agentrt.runtime.state import threads_of
 from agentrt.runtime.policy import Policy
 
 
@@ -82,7 +83,7 @@ class TTLPolicy(Policy):
         pinned = 0
         if tag is not None:
             now = self.now
-            for th in tag.threads:
+            for th in threads_of(tag):
                 if th.pinned_until > now and not th.workflow.ended:
                     pinned = 1
                     break

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from agentrt.runtime import events as ev
 from agentrt.runtime.policy import Policy
-from agentrt.runtime.state import AgentProfile, BlockTag, Thread, WorkflowState
+from agentrt.runtime.state import AgentProfile, Thread, WorkflowState, tag_block
 
 
 def anchor_agent(hash_ids: list[int], input_length: int, block_size: int,
@@ -170,12 +170,8 @@ class AgentRuntime:
     def _tag_path(node, th: Thread) -> None:
         # a thread's prompts only grow, so once a block already carries it, so do its ancestors
         while node is not None and node.parent is not None:
-            tag = node.meta
-            if tag is None:
-                tag = node.meta = BlockTag()
-            elif th in tag.threads:
+            if not tag_block(node, th):
                 return
-            tag.add(th)
             node = node.parent
 
     def thread_of(self, rid: int) -> Thread | None:

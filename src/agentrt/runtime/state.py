@@ -6,8 +6,9 @@
   Policies cache per-thread values on it (`value`, `pinned_until`).
 - `AgentProfile`: what is known of an agent across workflows: its anchor (the leading blocks
   all its calls share, i.e. its system prompt and tools), calls seen, think times after its calls.
-- `BlockTag`: stored in `Block.meta`, the threads that have used the block. Tags hold threads of
-  ended workflows only until the next prune, so they stay bounded.
+- Block tags: `Block.meta` holds the thread that used the block (most blocks have one user) or,
+  once a second thread uses it, a `BlockTag` with the set of them; `threads_of(meta)` reads
+  either. Tags hold threads of ended workflows only until the next prune, so they stay bounded.
 """
 
 from __future__ import annotations
@@ -96,8 +97,8 @@ class BlockTag:
     __slots__ = ("threads",)
     PRUNE_AT = 16
 
-    def __init__(self) -> None:
-        self.threads: set[Thread] = set()
+    def __init__(self, threads: set[Thread] | None = None) -> None:
+        self.threads: set[Thread] = threads if threads is not None else set()
 
     def add(self, t: Thread) -> None:
         ts = self.threads
@@ -110,3 +111,31 @@ class BlockTag:
 
     def agents(self) -> set[str]:
         return {t.agent for t in self.threads}
+
+
+_NONE: tuple = ()
+
+
+def threads_of(meta) -> "tuple[Thread, ...] | set[Thread]":
+    """The threads recorded in a block's `meta` (None, one Thread, or a BlockTag)."""
+    if meta is None:
+        return _NONE
+    if type(meta) is Thread:
+        return (meta,)
+    return meta.threads
+
+
+def tag_block(block, th: Thread) -> bool:
+    """Record that `th` used `block`; False if it already had (so its ancestors have too)."""
+    meta = block.meta
+    if meta is None:
+        block.meta = th
+    elif meta is th:
+        return False
+    elif type(meta) is Thread:
+        block.meta = BlockTag({meta, th})
+    elif th in meta.threads:
+        return False
+    else:
+        meta.add(th)
+    return True

@@ -8,12 +8,14 @@ executor, at most 5 iterations):
   the executor reads the log and writes the feedback. In AgentCoder the executor is a script; here
   it is an LLM agent that reads the log, as teams that let a model triage test failures do.
 - on failure the programmer revises (extending its thread with the feedback); when the tests
-  themselves were wrong (guess: 25 % of failures) the test designer revises them first.
+  themselves were wrong the test designer revises them too (in parallel).
 At most 5 iterations (AgentCoder's setting).
 
-Hidden state: difficulty d in [0, 1] (guess: uniform). The tests fail with logit
-3.5 (d - 0.55) - 0.9 per earlier iteration (guess: most problems pass first time, as the
-high pass@1 of strong models on HumanEval suggests). Signals carry d and the coming outcome.
+Hidden state: difficulty d and ambiguity a of the docstring, both uniform in [0, 1] (guess). The
+tests fail with logit 3.5 (d - 0.55) - 0.9 per earlier iteration (guess: most problems pass
+first time, as the high pass@1 of strong models on HumanEval suggests); a failure is blamed on
+the tests with logit 4 (a - 0.8) (guess: about a quarter of failures). Signals carry d, a and
+the coming outcome.
 
 Sizes: problems (signature and docstring) lognormal, median 130 tokens, clipped 40 to 600
 (estimate: HumanEval's 164 prompts average about 450 characters); programmer outputs 120 to 500
@@ -39,27 +41,30 @@ class HumanevalWorkload(Workload):
 
     def build(self, b: WorkflowBuilder) -> None:
         rng, wf = b.rng, b.workflow
-        d = float(rng.uniform())
-        state = {"difficulty": 2 * d - 1}
+        d, amb = float(rng.uniform()), float(rng.uniform())
+        state = {"difficulty": 2 * d - 1, "ambiguity": 2 * amb - 1}
         problem = (("problem", wf), lognormal_tokens(rng, 130, 0.5, 40, 600))
+        first = {"revision": -1.0}
         code = b.call("programmer", [self.anchor("programmer"), problem], int(rng.integers(120, 501)),
-                      signal=b.semantic("programmer", state))
+                      signal=b.semantic("programmer", state, first))
         tests = b.call("test_designer", [self.anchor("test_designer"), problem], int(rng.integers(200, 601)),
-                       after=[], signal=b.semantic("test_designer", state))
+                       after=[], signal=b.semantic("test_designer", state, first))
         ex_new = [self.anchor("executor"), problem, b.output(code), b.output(tests)]
         for it in range(MAX_ITERATIONS):
             fail = b.event(3.5 * (d - 0.55) - 0.9 * it if it < MAX_ITERATIONS - 1 else -4.0)
+            bad_tests = b.event(4.0 * (amb - 0.8))
             log = (("exec-log", wf, it), int(rng.integers(50, 601)))
             report = b.call("executor", ex_new + [log], int(rng.integers(40, 251)), after=[code, tests],
                             think_ms=float(rng.uniform(300, 5000)),
-                            signal=b.semantic("executor", state, {"fail": fail.feature}))
+                            signal=b.semantic("executor", state, {"fail": fail.feature,
+                                                                  "bad_tests": bad_tests.feature}))
             if not fail.happens:
                 break
             ex_new = []
-            if rng.uniform() < 0.25:
+            if bad_tests.happens:
                 tests = b.call("test_designer", [b.output(report)], int(rng.integers(200, 601)),
-                               after=[report], signal=b.semantic("test_designer", state))
+                               after=[report], signal=b.semantic("test_designer", state, {"revision": 1.0}))
                 ex_new.append(b.output(tests))
             code = b.call("programmer", [b.output(report)], int(rng.integers(120, 501)), after=[report],
-                          signal=b.semantic("programmer", state))
+                          signal=b.semantic("programmer", state, {"revision": 1.0}))
             ex_new.insert(0, b.output(code))

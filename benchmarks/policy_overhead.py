@@ -1,0 +1,148 @@
+"""Policy overhead: observe time per block touch, score time per call, runtime state size.
+
+For each policy and workload, one simulator replay with the runtime instrumented:
+- observe: wall time spent in `AgentRuntime.observe` (the runtime's bookkeeping plus the
+  policy's) divided by the replay's block touches;
+- score: mean time of one `score(block)` call, timed over the blocks cached at the end of the
+  replay (after a first call has brought the policy's lazy state up to date);
+- state: the deep size in bytes of the runtime's and the policy's own objects (workflow table,
+  agent profiles, transition counts, predictions, block tags), excluding the cache's blocks,
+  sampled during the replay; the peak is reported.
+
+    python benchmarks/policy_overhead.py [--workloads team,mix] [--policies lru,cachesage,...]
+
+CacheSage's paper reports about 1 us per block touch, single-digit us per score, < 25 KB state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+
+from agentrt.bench.runner import BenchOptions, make_trained_policy
+from agentrt.bench.source import workload_source
+from agentrt.cache.block import Block
+from agentrt.engine.presets import get_preset
+from agentrt.engine.simulator import EngineConfig, Simulator
+from agentrt.runtime.runtime import AgentRuntime
+from agentrt.runtime.state import BlockTag
+from agentrt.workloads.base import GenConfig
+
+
+def deep_size(obj, seen=None) -> int:
+    """Bytes of `obj` and what it references, not descending into cache blocks or modules."""
+    seen = set() if seen is None else seen
+    stack = [obj]
+    total = 0
+    while stack:
+        o = stack.pop()
+        if id(o) in seen or isinstance(o, (Block, type)) or type(o).__name__ in ("module", "function", "method"):
+            continue
+        seen.add(id(o))
+        total += sys.getsizeof(o)
+        if isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+        elif hasattr(o, "__dict__"):
+            stack.append(vars(o))
+        if hasattr(type(o), "__slots__"):
+            for s in type(o).__slots__:
+                if hasattr(o, s):
+                    stack.append(getattr(o, s))
+    return total
+
+
+def policy_state(rt: AgentRuntime, cache) -> int:
+    skip = {id(cache), id(rt.touch_clock)}
+    size = deep_size([rt.workflows, rt.agents, rt._calls], set(skip))
+    pol = {k: v for k, v in vars(rt.policy).items() if k not in ("runtime", "predictor")}
+    size += deep_size(pol, set(skip))
+    tags = set()
+    for root in cache.roots.values():
+        stack = [root]
+        while stack:
+            b = stack.pop()
+            if isinstance(b.meta, BlockTag) and id(b.meta) not in tags:
+                tags.add(id(b.meta))
+                size += sys.getsizeof(b.meta) + sys.getsizeof(b.meta.threads)
+            stack.extend(b.children.values())
+    return size
+
+
+def measure(workload: str, policy: str, args) -> dict:
+    source = workload_source(workload, GenConfig(workflows=args.workflows, seed=0))
+    opts = BenchOptions(gpu_blocks=args.gpu_blocks, host_blocks=args.host_blocks)
+    source.train_workflows = int(source.workflows * 0.25) if args.train else 0
+    pol = make_trained_policy(policy, source, opts)
+    cfg = EngineConfig(preset=get_preset(opts.preset), block_size=source.header.block_size,
+                       gpu_blocks=args.gpu_blocks, host_blocks=args.host_blocks)
+    rt = AgentRuntime(pol)
+    sim = Simulator(cfg, rt, source.eval_calls(), concurrency=source.header.concurrency)
+    spent = [0.0]
+    peak = [0]
+    count = [0]
+    inner = rt.observe
+
+    def timed(e):
+        t0 = time.perf_counter()
+        inner(e)
+        spent[0] += time.perf_counter() - t0
+        count[0] += 1
+        if count[0] % 2000 == 0:
+            peak[0] = max(peak[0], policy_state(rt, sim.cache))
+
+    if rt.wants_events:
+        sim._observe = timed
+    t0 = time.perf_counter()
+    m = sim.run()
+    wall = time.perf_counter() - t0
+    peak[0] = max(peak[0], policy_state(rt, sim.cache))
+    blocks = []
+    for root in sim.cache.roots.values():
+        stack = [root]
+        while stack:
+            b = stack.pop()
+            if b.parent is not None:
+                blocks.append(b)
+            stack.extend(b.children.values())
+    blocks = blocks[:5000]
+    score_us = 0.0
+    if blocks:
+        pol.score(blocks[0])
+        gc.disable()
+        t0 = time.perf_counter()
+        for b in blocks:
+            pol.score(b)
+        score_us = (time.perf_counter() - t0) / len(blocks) * 1e6
+        gc.enable()
+    source.close()
+    return {"workload": workload, "policy": policy, "touches": m.block_touches,
+            "observe_us_per_touch": spent[0] / max(1, m.block_touches) * 1e6,
+            "score_us": score_us, "state_kb": peak[0] / 1024, "replay_s": wall,
+            "hit_rate": m.gpu_hit_tokens / max(1, m.prompt_tokens)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default="team")
+    ap.add_argument("--policies", default="lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,pbkv")
+    ap.add_argument("--workflows", type=int, default=200)
+    ap.add_argument("--gpu-blocks", type=int, default=6000)
+    ap.add_argument("--host-blocks", type=int, default=12000)
+    ap.add_argument("--no-train", dest="train", action="store_false")
+    args = ap.parse_args()
+    print(f"{'workload':14s} {'policy':16s} {'observe us/touch':>17s} {'score us':>9s} "
+          f"{'state KB':>9s} {'replay s':>9s} {'hit rate':>9s}")
+    for w in args.workloads.split(","):
+        for p in args.policies.split(","):
+            r = measure(w, p, args)
+            print(f"{w:14s} {p:16s} {r['observe_us_per_touch']:17.3f} {r['score_us']:9.2f} "
+                  f"{r['state_kb']:9.1f} {r['replay_s']:9.2f} {100 * r['hit_rate']:8.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Workflow predictors: next-agent distributions over a K-step horizon for PBKV."""
