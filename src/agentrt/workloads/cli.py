@@ -72,7 +72,7 @@ def stats(
         ("workflows", f"{st.workflows:,}"),
         ("calls", f"{st.calls:,}"),
         ("calls per workflow", f"{st.calls_per_workflow:.2f}"),
-        ("agents", f"{len(st.agent_calls)}: " + ", ".join(f"{a} ({n})" for a, n in st.agent_calls.items())),
+        ("agents", _agents_line(st.agent_calls)),
         ("agent orders", f"{st.agent_orders:,} distinct"),
         ("mean prompt tokens", f"{st.mean_prompt_tokens:,.0f}"),
         ("mean output tokens", f"{st.mean_output_tokens:,.0f}"),
@@ -83,6 +83,14 @@ def stats(
     ]
     for k, v in rows:
         typer.echo(f"{k:26s} {v}")
+
+
+def _agents_line(agent_calls: dict[str, int], most: int = 10) -> str:
+    """Agents with their call counts, busiest first; past `most` only how many more."""
+    top = sorted(agent_calls.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{a} ({n})" for a, n in top[:most])
+    more = len(top) - most
+    return f"{len(top)}: {text}" + (f", and {more} more" if more > 0 else "")
 
 
 def import_ag2_cmd(

@@ -1,0 +1,1 @@
+"""agentrt inside vLLM: a local test model, a server launcher, and the KV connector (optional extra)."""

