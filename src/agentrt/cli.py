@@ -67,6 +67,7 @@ def bench(
     seed: int = typer.Option(0, "--seed", help="seed of the generated workload and of the policies"),
     workflows: int = typer.Option(160, "--workflows", help="workflows to generate (with --workload or the default)"),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="replay closed loop with this many workflows at once"),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="stretch trace timestamps by this factor (2: half the open-loop request rate)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the results as JSON here"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG comparing the policies here"),
     train: Optional[Path] = typer.Option(None, "--train", help="train offline-learning policies on this trace; score on all of --trace/--workload"),
@@ -93,6 +94,8 @@ def bench(
         raise AgentrtError(f"--gpu-blocks must be > 0, got {gpu_blocks}")
     if host_blocks < 0:
         raise AgentrtError(f"--host-blocks must be >= 0, got {host_blocks}")
+    if time_scale <= 0:
+        raise AgentrtError(f"--time-scale must be > 0, got {time_scale}")
     if trace is not None:
         source = file_source(trace)
     else:
@@ -103,6 +106,7 @@ def bench(
         TraceReader(train)  # a missing or malformed header fails here, before any replay
     opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
                         concurrency=concurrency, seed=seed, train_fraction=train_fraction,
+                        time_scale=time_scale,
                         train_path=str(train) if train else None,
                         policy_options=parse_policy_options(set_, names))
     try:

@@ -25,6 +25,7 @@ class BenchOptions:
     gpu_blocks: int | None = None
     host_blocks: int = 0
     concurrency: int | None = None     # override the trace's closed-loop concurrency
+    time_scale: float = 1.0            # stretch trace timestamps (open-loop request rate / F)
     max_batch_tokens: int = 8192
     max_running: int = 256
     seed: int = 0
@@ -60,7 +61,7 @@ def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream
     policy = make_trained_policy(name, source, opts)
     conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
     sim = Simulator(cfg, policy, source.eval_calls(), concurrency=conc,
-                    record_stream=record_stream, progress=progress)
+                    record_stream=record_stream, progress=progress, time_scale=opts.time_scale)
     sim.run()
     return sim
 

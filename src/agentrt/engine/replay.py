@@ -6,6 +6,8 @@
 - A workflow ends when its `last` call finishes (or, in a file without `last` flags, when its
   known calls have finished and the file holds no more of its calls).
 - A Mooncake trace (one call per workflow) is therefore replayed open loop at its timestamps.
+- `time_scale` stretches trace timestamps (arrival and release times, not think times): 2.0
+  replays an open-loop trace at half its request rate.
 - With `concurrency` N (the trace header's agentrt extension, or a bench option) workflows start
   closed loop instead: at most N run at once and the next starts, in file order, when one ends
   (not before its own timestamp).
@@ -41,10 +43,14 @@ class _Workflow:
 
 
 class WorkflowReplay:
-    def __init__(self, calls: Iterator[Call], concurrency: int | None = None) -> None:
+    def __init__(self, calls: Iterator[Call], concurrency: int | None = None,
+                 time_scale: float = 1.0) -> None:
         if concurrency is not None and concurrency <= 0:
             raise ValueError(f"concurrency must be > 0, got {concurrency}")
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self._calls = calls
+        self._ts = MS * time_scale     # trace timestamps (ms) -> replay seconds
         self.concurrency = concurrency
         self._starts: deque[Call] = deque()   # closed loop: workflow starts waiting for a slot
         self.active = 0
@@ -70,7 +76,7 @@ class WorkflowReplay:
         self.calls_read += 1
         wf = self.workflows.get(c.workflow)
         if wf is None:
-            t = c.timestamp * MS
+            t = c.timestamp * self._ts
             if self.concurrency is None and t < self._clock:
                 self.late_arrivals += 1
             wf = self.workflows[c.workflow] = _Workflow(t)
@@ -98,7 +104,7 @@ class WorkflowReplay:
         if all(a in fin for a in c.after):
             ready = max((fin[a] for a in c.after), default=wf.start) + c.think_ms * MS
             if c.timestamp is not None:
-                ready = max(ready, c.timestamp * MS)
+                ready = max(ready, c.timestamp * self._ts)
             del wf.pending[c.call]
             wf.outstanding += 1
             self._schedule(ready, c)

@@ -65,6 +65,7 @@ class EngineConfig:
 class Simulator:
     def __init__(self, config: EngineConfig, policy: Policy | AgentRuntime, calls: Iterator[Call],
                  concurrency: int | None = None, record_stream: bool = False,
+                 time_scale: float = 1.0,
                  progress: Callable[[int], None] | None = None) -> None:
         self.config = config
         self.runtime = policy if isinstance(policy, AgentRuntime) else AgentRuntime(policy)
@@ -72,7 +73,7 @@ class Simulator:
         self.cost = CostModel(config.preset)
         self.cache = RadixKVCache(config.gpu_blocks, config.host_blocks, self.policy, config.block_bytes)
         self.runtime.touch_clock = lambda: self.cache.touch_clock
-        self.replay = WorkflowReplay(calls, concurrency)
+        self.replay = WorkflowReplay(calls, concurrency, time_scale)
         self.metrics = Metrics()
         self.stream: list | None = [] if record_stream else None
         self.progress = progress

@@ -137,7 +137,7 @@ class CacheSagePolicy(Policy):
         if not self.warmup or not view.idle:
             return []
         rt = self.runtime
-        for wf in rt.workflows.values():
+        for wf in rt.between_calls.values():
             if wf.running or not wf.path:
                 continue
             probs = self.learner.next_probs((wf.tenant, wf.path[-1]))

@@ -121,7 +121,7 @@ class KVFlowPolicy(Policy):
         if not self.prefetch or view.host_blocks == 0:
             return []
         out = []
-        for wf in self.runtime.workflows.values():
+        for wf in self.runtime.between_calls.values():
             if wf.running or not wf.path:
                 continue
             for agent in self.edges.get(wf.path[-1], ()):

@@ -190,7 +190,7 @@ class PBKVPolicy(PBKVHEPolicy):
             return []
         cands = []
         idx = self._index
-        for wf in self.runtime.workflows.values():
+        for wf in self.runtime.between_calls.values():
             o = self._out.get(wf.id)
             if wf.running or o is None:
                 continue

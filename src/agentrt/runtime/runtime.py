@@ -51,6 +51,7 @@ class AgentRuntime:
         self.silent_after_s = silent_after_s
         self.max_agents = max_agents
         self.workflows: dict[str, WorkflowState] = {}
+        self.between_calls: dict[str, WorkflowState] = {}   # live workflows with no call in flight
         self.agents: OrderedDict[tuple[str, str], AgentProfile] = OrderedDict()
         self._calls: dict[int, Thread] = {}
         self._events = 0
@@ -115,6 +116,7 @@ class AgentRuntime:
                 wf.ended = True
             self.policy.observe(e)
             self.workflows.pop(e.workflow, None)
+            self.between_calls.pop(e.workflow, None)
             self._tick(e.now)
             return
         self.policy.observe(e)
@@ -141,6 +143,7 @@ class AgentRuntime:
         prof.observe_prompt(info.hash_ids, info.n_full, info.workflow,
                             max(1, self.max_anchor_tokens // info.block_size))
         wf.last_seen = e.now
+        self.between_calls.pop(wf.id, None)
         wf.path.append(agent)
         if len(wf.path) > 64:
             del wf.path[:-64]
@@ -157,6 +160,8 @@ class AgentRuntime:
             return
         wf = th.workflow
         wf.running -= 1
+        if wf.running == 0 and not wf.ended:
+            self.between_calls[wf.id] = wf
         wf.last_seen = e.now
         wf.last_finish = e.now
         wf.last_agent = th.agent
@@ -180,11 +185,12 @@ class AgentRuntime:
     def _sweep(self, now: float) -> None:
         """End workflows that went silent with nothing in flight (their framework never said)."""
         cutoff = now - self.silent_after_s
-        silent = [w for w in self.workflows.values() if w.running == 0 and w.last_seen < cutoff]
+        silent = [w for w in self.between_calls.values() if w.last_seen < cutoff]
         for wf in silent:
             wf.ended = True
             self.policy.observe(ev.WorkflowEnded(now, wf.id, wf.tenant))
             del self.workflows[wf.id]
+            del self.between_calls[wf.id]
 
     def state_bytes(self) -> int:
         """Rough size of the runtime's own tables plus the policy's state."""
