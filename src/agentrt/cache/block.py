@@ -19,7 +19,7 @@ TIER_NAMES = {GONE: "gone", GPU: "gpu", HOST: "host"}
 
 class Block:
     __slots__ = ("hash", "parent", "children", "tier", "lock_ref", "gpu_children",
-                 "last_access", "last_touch", "heap_seq", "host_seq", "depth", "tenant", "meta")
+                 "last_touch", "heap_seq", "host_seq", "tenant", "meta")
 
     def __init__(self, hash_id: int, parent: "Block | None", tier: int, tenant: str) -> None:
         self.hash = hash_id
@@ -28,13 +28,21 @@ class Block:
         self.tier = tier
         self.lock_ref = 0
         self.gpu_children = 0
-        self.last_access = 0.0       # simulated time (seconds) of the last touch
         self.last_touch = 0          # value of the cache's touch clock at the last touch
         self.heap_seq = 0            # sequence number of this block's live GPU-heap entry, 0 if none
         self.host_seq = 0            # same for the host heap
-        self.depth = 0 if parent is None else parent.depth + 1
         self.tenant = tenant
         self.meta: object = None
+
+    @property
+    def depth(self) -> int:
+        """Blocks above this one (0 for a tenant's root); walks the path, so not for hot loops."""
+        d = 0
+        node = self.parent
+        while node is not None:
+            d += 1
+            node = node.parent
+        return d
 
     @property
     def is_root(self) -> bool:

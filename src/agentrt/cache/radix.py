@@ -54,6 +54,8 @@ class RadixKVCache:
         self.block_bytes = block_bytes
         self.policy = policy if policy is not None else _LRU()
         self._score: Callable[[Block], float] = self.policy.score
+        # the default policy score is the touch clock itself: read it without a call
+        self._recency = getattr(type(self.policy).score, "__qualname__", "") in ("Policy.score", "_LRU.score")
         self.roots: dict[str, Block] = {}
         self.gpu_used = 0          # blocks in the tree on the GPU
         self.host_used = 0
@@ -133,7 +135,6 @@ class RadixKVCache:
             node.lock_ref += 1
             clock += 1
             node.last_touch = clock
-            node.last_access = now
             gpu_hit += 1
         self.touch_clock = clock
         host_nodes: list[Block] = []
@@ -183,7 +184,6 @@ class RadixKVCache:
         hn.host_seq = 0
         self.touch_clock += 1
         hn.last_touch = self.touch_clock
-        hn.last_access = now
         self.h2d_bytes += self.block_bytes
 
     def commit_prompt(self, lease: Lease, now: float) -> int:
@@ -205,7 +205,6 @@ class RadixKVCache:
                 child.lock_ref = 1
                 clock += 1
                 child.last_touch = clock
-                child.last_access = now
                 created += 1
                 node = child
             else:
@@ -269,7 +268,6 @@ class RadixKVCache:
             child.lock_ref += 1
         self.touch_clock += 1
         child.last_touch = self.touch_clock
-        child.last_access = now
         return child
 
     def _unlock_path(self, node: Block, now: float) -> None:
@@ -403,6 +401,8 @@ class RadixKVCache:
         score = self._score
         done = 0
         removed: list[Block] = []
+        notify = self.on_evict is not None
+        recency = self._recency
         demote = self.host_capacity > 0
         b: Block | None = None
         while done < n:
@@ -434,11 +434,12 @@ class RadixKVCache:
             else:
                 b.tier = GONE
                 del parent.children[b.hash]
-            removed.append(b)
+            if notify:
+                removed.append(b)
             done += 1
             b = None
             if parent.gpu_children == 0 and parent.lock_ref == 0 and parent.parent is not None:
-                key = score(parent)
+                key = parent.last_touch if recency else score(parent)
                 if done < n and (not heap or key < heap[0][0]):
                     b = parent        # it would be popped next anyway: skip the heap round trip
                 else:

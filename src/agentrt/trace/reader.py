@@ -17,6 +17,8 @@ import gzip
 import io
 import json
 import math
+
+import orjson
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,9 +76,13 @@ class TraceReader:
 
     def _parse(self, text: str, lineno: int) -> dict:
         try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TraceError(self.path, lineno, None, f"not valid JSON ({e.msg} at column {e.colno})") from None
+            obj = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            try:  # the standard parser takes integers beyond 64 bits and words its errors well
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise TraceError(self.path, lineno, None,
+                                 f"not valid JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(obj, dict):
             raise TraceError(self.path, lineno, None, f"expected a JSON object, got {type(obj).__name__}")
         return obj

@@ -10,6 +10,8 @@ import gzip
 import io
 import json
 from pathlib import Path
+
+import orjson
 from types import TracebackType
 
 from agentrt.trace.schema import Call, TraceHeader
@@ -35,7 +37,7 @@ class TraceWriter:
 
     def write(self, call: Call) -> None:
         assert self._f is not None, "use TraceWriter as a context manager"
-        self._f.write(json.dumps(call.to_json(), separators=(",", ":")) + "\n")
+        self._f.write(orjson.dumps(call.to_json()).decode() + "\n")
         self.count += 1
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
