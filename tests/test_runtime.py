@@ -92,3 +92,23 @@ def test_blocks_tagged_with_threads_on_finish():
 def test_lru_needs_no_events():
     rt = AgentRuntime(LRUPolicy())
     assert not rt.wants_events
+
+
+def test_the_policy_in_docs_runtime_md_runs():
+    """The guide's example is real code: it registers and replays like any built-in policy."""
+    import re
+    from pathlib import Path
+
+    from agentrt.policies.registry import _FACTORIES
+    from test_policy_contract import agent_trace, simulate
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "runtime.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    try:
+        exec(compile(code, "docs/runtime.md", "exec"), {})
+        sim, m, violations = simulate("live-first", agent_trace(4), gpu_blocks=60)
+        _, m_lae, _ = simulate("pbkv-lae", agent_trace(4), gpu_blocks=60)
+    finally:
+        _FACTORIES.pop("live-first", None)
+    assert violations == [] and m.calls == len(agent_trace(4))
+    assert m.gpu_hit_tokens == m_lae.gpu_hit_tokens     # it is pbkv-lae, as the guide says

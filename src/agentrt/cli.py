@@ -137,10 +137,21 @@ def policies() -> None:
 @app.command()
 def presets() -> None:
     """List the model and GPU presets of the engine simulator."""
+    from rich.table import Table
+
+    from agentrt.engine.costs import CostModel
     from agentrt.engine.presets import PRESETS
+    t = Table(title="engine presets (times from the cost model)")
+    for col in ("preset", "model", "GPU", "KV tokens", "KiB/token", "prefill 8k s",
+                "512 after 8k cached s", "decode 32x4k ms", "PCIe 8k tok s"):
+        t.add_column(col, justify="left" if col in ("preset", "model", "GPU") else "right")
     for p in PRESETS.values():
-        typer.echo(f"{p.name:18s} {p.model.name} on {p.gpu.name}: {p.kv_capacity_tokens():,} KV tokens, "
-                   f"{p.model.kv_bytes_per_token // 1024} KiB/token")
+        c = CostModel(p)
+        t.add_row(p.name, p.model.name, p.gpu.name, f"{p.kv_capacity_tokens():,}",
+                  f"{p.model.kv_bytes_per_token // 1024}", f"{c.prefill(8192, 0):.3f}",
+                  f"{c.prefill(512, 8192):.4f}", f"{1000 * c.decode(32, 32 * 4096):.1f}",
+                  f"{c.pcie_seconds(8192 * p.model.kv_bytes_per_token):.3f}")
+    out_console().print(t)
 
 
 # --- commands defined in other modules -------------------------------------------------------

@@ -26,6 +26,7 @@ import hashlib
 import math
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
@@ -58,11 +59,14 @@ class GenConfig:
             raise ValueError(f"noise must be in [0, 10], got {self.noise}")
 
 
+@lru_cache(maxsize=4096)
 def direction(key: str, dim: int) -> np.ndarray:
     """A fixed unit vector for `key` (stable across processes: derived from SHA-256, not hash())."""
     seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
     v = np.random.default_rng(seed).normal(size=dim)
-    return v / np.linalg.norm(v)
+    v /= np.linalg.norm(v)
+    v.setflags(write=False)   # shared by the cache
+    return v
 
 
 def sigmoid(x: float) -> float:
