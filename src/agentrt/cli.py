@@ -23,7 +23,8 @@ def out_console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=160)
 
 DEFAULT_POLICIES = "lru,belady,infinite"
-DEFAULT_WORKLOAD = "team"
+DEFAULT_WORKLOAD = "mix"
+DEFAULT_CONCURRENCY = 64
 
 
 def _split(s: str) -> list[str]:
@@ -65,8 +66,8 @@ def bench(
     host_blocks: int = typer.Option(0, "--host-blocks", help="host-tier capacity in blocks (0: no host tier)"),
     preset: str = typer.Option("llama3.1-8b-h100", "--preset", help="model and GPU preset"),
     seed: int = typer.Option(0, "--seed", help="seed of the generated workload and of the policies"),
-    workflows: int = typer.Option(160, "--workflows", help="workflows to generate (with --workload or the default)"),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="replay closed loop with this many workflows at once"),
+    workflows: int = typer.Option(200, "--workflows", help="workflows to generate (with --workload or the default)"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="replay closed loop with this many workflows at once (generated workloads: 64)"),
     time_scale: float = typer.Option(1.0, "--time-scale", help="stretch trace timestamps by this factor (2: half the open-loop request rate)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the results as JSON here"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG comparing the policies here"),
@@ -74,6 +75,13 @@ def bench(
     train_fraction: Optional[float] = typer.Option(None, "--train-fraction", help="hold back this share of the workflows for offline training (default 0.25 when a policy needs training, else 0); every policy is scored on the rest"),
     set_: list[str] = typer.Option([], "--set", help="policy option, e.g. --set cachesage.lookahead=4 (repeatable)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+    engine: str = typer.Option("sim", "--engine", help="sim: the simulator; vllm: a live vLLM server per policy (needs the vllm extra)"),
+    model_size: str = typer.Option("tiny", "--model-size", help="[vllm] local random-weight model: tiny or small"),
+    vllm_blocks: int = typer.Option(256, "--vllm-blocks", help="[vllm] KV pool in engine blocks of 32 tokens"),
+    scale: float = typer.Option(0.25, "--scale", help="[vllm] scale token lengths (prompts and outputs) by this"),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="[vllm] scale think times and timestamps by this"),
+    max_calls: Optional[int] = typer.Option(None, "--max-calls", help="[vllm] replay whole workflows up to this many calls"),
+    log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="[vllm] keep server and connector logs here"),
 ) -> None:
     """Replay a trace under several policies and print hit rates, TTFT, end-to-end latency and throughput."""
     from agentrt.bench.report import plot_result, print_result
@@ -99,11 +107,21 @@ def bench(
     if trace is not None:
         source = file_source(trace)
     else:
-        source = workload_source(workload or DEFAULT_WORKLOAD, GenConfig(workflows=workflows, seed=seed,
-                                                                         concurrency=concurrency or 32))
+        source = workload_source(workload or DEFAULT_WORKLOAD, GenConfig(
+            workflows=workflows, seed=seed, concurrency=concurrency or DEFAULT_CONCURRENCY))
     if train is not None:
         from agentrt.trace.reader import TraceReader
         TraceReader(train)  # a missing or malformed header fails here, before any replay
+    if engine not in ("sim", "vllm"):
+        raise AgentrtError(f"--engine must be sim or vllm, got {engine!r}")
+    if engine == "vllm":
+        try:
+            _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, plot, model_size,
+                        vllm_blocks, host_blocks, scale, time_scale, max_calls, concurrency, seed,
+                        log_dir)
+        finally:
+            source.close()
+        return
     opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
                         concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                         time_scale=time_scale,
@@ -122,6 +140,35 @@ def bench(
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(doc, indent=2))
+    if plot is not None:
+        plot_result(doc, plot)
+
+
+def _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, plot, model_size,
+                vllm_blocks, host_blocks, scale, time_scale, max_calls, concurrency, seed, log_dir) -> None:
+    """`bench --engine vllm`: see agentrt.enginebench.runner."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None:
+        raise AgentrtError('--engine vllm needs vLLM: pip install -e ".[vllm]"')
+    if model_size not in ("tiny", "small"):
+        raise AgentrtError(f"--model-size must be tiny or small, got {model_size!r}")
+    from agentrt.bench.report import plot_result, print_result
+    from agentrt.enginebench.runner import EngineBenchOptions, run_engine_bench, write_json
+    opts = EngineBenchOptions(model_size=model_size, vllm_blocks=vllm_blocks, host_blocks=host_blocks,
+                              scale=scale, time_scale=time_scale, max_calls=max_calls,
+                              concurrency=concurrency, seed=seed, train_fraction=train_fraction,
+                              train_path=str(train) if train else None,
+                              policy_options=parse_policy_options(set_, names),
+                              log_dir=str(log_dir) if log_dir else None)
+    with Progress(TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, disable=quiet, transient=True) as prog:
+        def factory(name: str, total: int):
+            task = prog.add_task(name, total=total)
+            return lambda n: prog.advance(task, n)
+        doc = run_engine_bench(source, names, opts, progress=factory, log=err.print)
+    print_result(doc, out_console())
+    if json_path is not None:
+        write_json(doc, json_path)
     if plot is not None:
         plot_result(doc, plot)
 

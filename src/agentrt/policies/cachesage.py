@@ -6,14 +6,17 @@ Model (after the CacheSage paper and the authors' published vLLM hooks)
 - Survival: for every live workflow, a bounded BFS of `lookahead` (3) hops from its current agent
   gives the probability that each agent runs within the next steps; across workflows
   survival(a) = 1 - prod(1 - p_w(a)). Computed lazily once per change, not per block.
-- Score of a block = 4.0 x max survival of the agents that used it + exp(-0.1 x its age in block
-  touches), ties broken by recency, so with nothing learned it is exactly LRU.
+- Score of a block = 4.0 x its survival + exp(-0.1 x its age in block touches), ties broken by
+  recency, so with nothing learned it is exactly LRU. A block inside an agent's anchor (its
+  system prompt and tools, shared across sessions) takes the agent's survival over all live
+  workflows; any other block belongs to one session and takes the survival of its agent within
+  that session's own workflow (0 once the session has ended).
 - Cross-session warm-up: between scheduler steps, when the engine is idle, for a workflow waiting
   on a tool or its framework, predict its next agent; if that agent's anchor (system prompt and
   tools, confirmed by two workflows) is not on the GPU, ask for a warm-up request holding only
   the anchor and a minimal user message. Warm-ups are never learned from.
-Agents are identified by the runtime (explicit names or anchor hashes). Scores are agent-level:
-a finished workflow's blocks of an agent still count as that agent's.
+Agents are identified by the runtime (explicit names or anchor hashes); anchors are the leading
+blocks an agent's calls share across two or more workflows.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class CacheSagePolicy(Policy):
         self.warmup_min_prob = warmup_min_prob
         self.warmup_message_tokens = warmup_message_tokens
         self._survival: dict[tuple[str, str], float] = {}
+        self._per_wf: dict[str, dict[str, float]] = {}
+        self._anchors: dict[str, set[int]] = {}
         self._dirty = True
         self._warming: dict[tuple[str, str], float] = {}
         self.warmups_issued = 0
@@ -82,15 +87,23 @@ class CacheSagePolicy(Policy):
     def _recompute(self) -> None:
         surv: dict[tuple[str, str], float] = {}
         keep: dict[tuple[str, str], float] = {}
+        per_wf: dict[str, dict[str, float]] = {}
         for wf in self.runtime.workflows.values():
             if not wf.path or wf.ended:
                 continue
-            cur = (wf.tenant, wf.path[-1])
-            for a, (_, p) in self.learner.reach(cur, self.lookahead).items():
+            mine = per_wf[wf.id] = {}
+            for a, (_, p) in self.learner.reach((wf.tenant, wf.path[-1]), self.lookahead).items():
                 keep[a] = keep.get(a, 1.0) * (1.0 - p)
+                mine[a[1]] = p
         for a, q in keep.items():
             surv[a] = 1.0 - q
+        anchors: dict[str, set[int]] = {}
+        for (tenant, _), prof in self.runtime.agents.items():
+            if prof.anchor_workflows >= 2 and prof.anchor:
+                anchors.setdefault(tenant, set()).update(prof.anchor)
         self._survival = surv
+        self._per_wf = per_wf
+        self._anchors = anchors
         self._dirty = False
 
     def survival(self, tenant: str, agent: str) -> float:
@@ -104,10 +117,15 @@ class CacheSagePolicy(Policy):
         s = 0.0
         tag = block.meta
         if tag is not None and self._survival:
-            surv = self._survival
             tenant = block.tenant
+            shared = block.hash in self._anchors.get(tenant, ())
             for th in threads_of(tag):
-                v = surv.get((tenant, th.agent), 0.0)
+                if shared:
+                    v = self._survival.get((tenant, th.agent), 0.0)
+                elif not th.workflow.ended:
+                    v = self._per_wf.get(th.workflow.id, {}).get(th.agent, 0.0)
+                else:
+                    continue
                 if v > s:
                     s = v
         age = self.runtime.touch_clock() - block.last_touch
