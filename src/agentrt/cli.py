@@ -25,6 +25,7 @@ def out_console() -> Console:
 DEFAULT_POLICIES = "lru,belady,infinite"
 DEFAULT_WORKLOAD = "mix"
 DEFAULT_CONCURRENCY = 64
+PBKV_PREDICTING = ("pbkv-he", "pbkv", "pbkv-aggressive")
 
 
 def _split(s: str) -> list[str]:
@@ -73,13 +74,16 @@ def bench(
     plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG comparing the policies here"),
     train: Optional[Path] = typer.Option(None, "--train", help="train offline-learning policies on this trace; score on all of --trace/--workload"),
     train_fraction: Optional[float] = typer.Option(None, "--train-fraction", help="hold back this share of the workflows for offline training (default 0.25 when a policy needs training, else 0); every policy is scored on the rest"),
+    predictor: Optional[Path] = typer.Option(None, "--predictor", help="PBKV: use this trained predictor (from `agentrt train`) instead of training one"),
+    predictor_kind: str = typer.Option("graphsage", "--predictor-kind", help="PBKV: graphsage, markov or rgcn"),
+    predictor_noise: float = typer.Option(0.0, "--predictor-noise", help="PBKV: blend predictions with random ones at this strength (0 to 1)"),
     set_: list[str] = typer.Option([], "--set", help="policy option, e.g. --set cachesage.lookahead=4 (repeatable)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     engine: str = typer.Option("sim", "--engine", help="sim: the simulator; vllm: a live vLLM server per policy (needs the vllm extra)"),
     model_size: str = typer.Option("tiny", "--model-size", help="[vllm] local random-weight model: tiny or small"),
     vllm_blocks: int = typer.Option(256, "--vllm-blocks", help="[vllm] KV pool in engine blocks of 32 tokens"),
     scale: float = typer.Option(0.25, "--scale", help="[vllm] scale token lengths (prompts and outputs) by this"),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="[vllm] scale think times and timestamps by this"),
+    think_scale: float = typer.Option(1.0, "--think-scale", help="[vllm] scale think times by this (shorter live runs)"),
     max_calls: Optional[int] = typer.Option(None, "--max-calls", help="[vllm] replay whole workflows up to this many calls"),
     log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="[vllm] keep server and connector logs here"),
 ) -> None:
@@ -117,16 +121,28 @@ def bench(
     if engine == "vllm":
         try:
             _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, plot, model_size,
-                        vllm_blocks, host_blocks, scale, time_scale, max_calls, concurrency, seed,
-                        log_dir)
+                        vllm_blocks, host_blocks, scale, time_scale, think_scale, max_calls,
+                        concurrency, seed, log_dir)
         finally:
             source.close()
         return
+    if not 0.0 <= predictor_noise <= 1.0:
+        raise AgentrtError(f"--predictor-noise must be in [0, 1], got {predictor_noise}")
+    if predictor is not None and not predictor.is_file():
+        raise AgentrtError(f"--predictor {predictor}: no such file")
+    popts = parse_policy_options(set_, names)
+    for name in names:
+        if name in PBKV_PREDICTING:
+            o = popts.setdefault(name, {})
+            o.setdefault("predictor_kind", predictor_kind)
+            o.setdefault("predictor_noise", predictor_noise)
+            if predictor is not None:
+                o.setdefault("predictor", str(predictor))
     opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
                         concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                         time_scale=time_scale,
                         train_path=str(train) if train else None,
-                        policy_options=parse_policy_options(set_, names))
+                        policy_options=popts)
     try:
         with Progress(TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, disable=quiet, transient=True) as prog:
@@ -145,7 +161,8 @@ def bench(
 
 
 def _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, plot, model_size,
-                vllm_blocks, host_blocks, scale, time_scale, max_calls, concurrency, seed, log_dir) -> None:
+                vllm_blocks, host_blocks, scale, time_scale, think_scale, max_calls, concurrency, seed,
+                log_dir) -> None:
     """`bench --engine vllm`: see agentrt.enginebench.runner."""
     import importlib.util
     if importlib.util.find_spec("vllm") is None:
@@ -155,7 +172,8 @@ def _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, pl
     from agentrt.bench.report import plot_result, print_result
     from agentrt.enginebench.runner import EngineBenchOptions, run_engine_bench, write_json
     opts = EngineBenchOptions(model_size=model_size, vllm_blocks=vllm_blocks, host_blocks=host_blocks,
-                              scale=scale, time_scale=time_scale, max_calls=max_calls,
+                              scale=scale, time_scale=time_scale, think_scale=think_scale,
+                              max_calls=max_calls,
                               concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                               train_path=str(train) if train else None,
                               policy_options=parse_policy_options(set_, names),
@@ -204,7 +222,7 @@ def presets() -> None:
 # --- commands defined in other modules -------------------------------------------------------
 def _register_extra_commands() -> None:
     import importlib
-    for mod in ("agentrt.workloads.cli",):
+    for mod in ("agentrt.workloads.cli", "agentrt.predict.cli"):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:

@@ -43,15 +43,32 @@ def engine_config(opts: BenchOptions, block_size: int) -> EngineConfig:
                         max_batch_tokens=opts.max_batch_tokens, max_running=opts.max_running)
 
 
+_TRAINED: dict = {}   # predictors trained in this process, shared by policies asking for the same
+
+
 def make_trained_policy(name: str, source: TraceSource, opts: BenchOptions):
+    """A policy by name, trained on the bench's training split (or --train file) if it learns offline.
+
+    PBKV variants asking for the same predictor (kind, horizon, split, seed) share one training run.
+    """
     policy = make_policy(name, seed=opts.seed, **opts.policy_options.get(name, {}))
-    if policy.needs_training:
-        if opts.train_path:
-            from agentrt.trace.reader import TraceReader
-            train = TraceReader(opts.train_path)
-            policy.train(iter(train), train.header.block_size)
-        else:
-            policy.train(source.train_calls(), source.header.block_size)
+    if not policy.needs_training:
+        return policy
+    key = None
+    if hasattr(policy, "use_predictor"):
+        key = (str(source.path), source.train_workflows, opts.train_path, policy.predictor_kind,
+               policy.horizon, opts.seed, policy.train_epochs)
+        if key in _TRAINED:
+            policy.use_predictor(_TRAINED[key])
+            return policy
+    if opts.train_path:
+        from agentrt.trace.reader import TraceReader
+        train = TraceReader(opts.train_path)
+        policy.train(iter(train), train.header.block_size)
+    else:
+        policy.train(source.train_calls(), source.header.block_size)
+    if key is not None and policy.predictor is not None:
+        _TRAINED[key] = policy.predictor
     return policy
 
 

@@ -88,13 +88,13 @@ class PBKVHEPolicy(PBKVLAEPolicy):
         self._index: dict[str, int] = {}
         self._weights = None
         if predictor is not None:
-            self._set_predictor(predictor)
+            self.use_predictor(predictor)
 
     @property
     def needs_training(self) -> bool:  # type: ignore[override]
         return self.predictor is None
 
-    def _set_predictor(self, predictor) -> None:
+    def use_predictor(self, predictor) -> None:
         self.predictor = predictor
         self._index = {a: i for i, a in enumerate(predictor.agents)}
         self._weights = self.gamma ** np.arange(predictor.horizon)
@@ -106,8 +106,10 @@ class PBKVHEPolicy(PBKVLAEPolicy):
         if not samples:
             return
         opts = {} if self.train_epochs is None else {"epochs": self.train_epochs}
-        predictor, _ = train_predictor(self.predictor_kind, samples, self.horizon, seed=self.seed, **opts)
-        self._set_predictor(predictor)
+        # the bench already held out its own split; early stopping keeps an internal one
+        predictor, _ = train_predictor(self.predictor_kind, samples, self.horizon, seed=self.seed,
+                                       holdout=0.0, **opts)
+        self.use_predictor(predictor)
 
     # ------------------------------------------------------------------ observe
     def observe(self, e) -> None:

@@ -1,0 +1,143 @@
+"""Regenerate the simulator tables and plots of docs/results.md.
+
+Every table is one `agentrt bench` run; this script runs them through the same code path and
+writes, between the markers in docs/results.md, each table under the exact command that
+reproduces it. The JSON of every run goes to docs/results/ and the plots to docs/figures/.
+
+    python benchmarks/results.py                 # everything (about 20-40 minutes on 2 cores)
+    python benchmarks/results.py --only tables   # or: mooncake, ag2, sweep, noise
+
+Settings (the same for every workload, never tuned to one): Llama-3.1-8B on H100 (`--preset
+llama3.1-8b-h100`), 16-token blocks, 200 workflows at 64 concurrent, seed 0. Two memory
+pressures: the preset's full KV memory (25,720 blocks) and a quarter of it (6,430 blocks).
+The host-tier table adds a host pool of twice the GPU pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+SHARED = REPO.parent / "shared" / "traces"
+WORKLOADS = ["hover", "swebench", "financebench", "mmlu", "mtbench", "gaia", "gsm8k", "humaneval", "mix"]
+FULL, QUARTER = 25720, 6430
+GPU_POLICIES = "lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,belady,infinite"
+HOST_POLICIES = "lru,cachesage,kvflow,pbkv-lae,pbkv-he,pbkv,pbkv-aggressive,belady,infinite"
+MARK_START, MARK_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def bench(args: list[str], name: str) -> dict:
+    out = DOCS / "results" / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = ["agentrt", "bench", *args, "--quiet", "--json", str(out.relative_to(REPO))]
+    t0 = time.time()
+    subprocess.run([sys.executable, "-m", "agentrt.cli", *cmd[1:]], cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL)
+    doc = json.loads(out.read_text())
+    doc["_command"] = " ".join(shlex.quote(c) for c in cmd)
+    doc["_seconds"] = time.time() - t0
+    print(f"{name}: {doc['_seconds']:.0f} s", flush=True)
+    return doc
+
+
+def pct(x):
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def sec(x):
+    return "-" if x is None else f"{x:.3f}"
+
+
+def table(doc: dict) -> str:
+    res = doc["results"]
+    lru = res.get("lru") or doc.get("lru_reference") or {}
+    rows = ["| policy | GPU hit % | host hit % | prefill tokens | TTFT mean s | TTFT p99 s | "
+            "E2E mean s | E2E p99 s | tok/s | hit vs LRU | TTFT vs LRU |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, r in res.items():
+        hit_x = (f"{r['hit_rate'] / lru['hit_rate']:.2f}x" if lru.get("hit_rate") else "-")
+        ttft_x = (f"{lru['ttft_mean_s'] / r['ttft_mean_s']:.2f}x"
+                  if r.get("ttft_mean_s") and lru.get("ttft_mean_s") else "-")
+        tput = "-" if r["throughput_tok_s"] is None else f"{r['throughput_tok_s']:,.0f}"
+        rows.append(f"| {name}{' (bound)' if r.get('bound') else ''} | {pct(r['hit_rate'])} | "
+                    f"{pct(r['host_hit_rate'])} | {r['prefill_tokens']:,} | {sec(r['ttft_mean_s'])} | "
+                    f"{sec(r['ttft_p99_s'])} | {sec(r['e2e_mean_s'])} | {sec(r['e2e_p99_s'])} | {tput} | "
+                    f"{hit_x} | {ttft_x} |")
+    split = doc["config"].get("train")
+    note = f"\nTraining split: {split['source']}; every policy is scored on the rest.\n" if split else "\n"
+    return (f"`{doc['_command']}`\n\n{doc['calls']:,} calls, {doc['workflows']:,} workflows scored.{note}\n"
+            + "\n".join(rows) + "\n")
+
+
+def tables() -> str:
+    parts = ["### Every workload at two memory pressures (GPU tier only)\n"]
+    for w in WORKLOADS:
+        for label, blocks in (("full H100 KV memory", FULL), ("a quarter of it", QUARTER)):
+            doc = bench(["--workload", w, "--gpu-blocks", str(blocks), "--policies", GPU_POLICIES],
+                        f"{w}-gpu{blocks}")
+            parts.append(f"#### {w}, {blocks:,} GPU blocks ({label})\n\n{table(doc)}")
+    parts.append("### With a host tier (twice the GPU pool): prefetch variants\n")
+    for w in WORKLOADS:
+        doc = bench(["--workload", w, "--gpu-blocks", str(QUARTER), "--host-blocks", str(2 * QUARTER),
+                     "--policies", HOST_POLICIES], f"{w}-host")
+        parts.append(f"#### {w}, {QUARTER:,} GPU + {2 * QUARTER:,} host blocks\n\n{table(doc)}")
+    return "\n".join(parts)
+
+
+def real_traces() -> str:
+    parts = ["### Real traces\n"]
+    pol = "lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,belady,infinite"
+    for name in ("conversation_trace", "synthetic_trace"):
+        path = SHARED / "mooncake" / f"{name}.jsonl"
+        if not path.exists():
+            parts.append(f"(skipped: {path} not found)\n")
+            continue
+        rel = f"../shared/traces/mooncake/{name}.jsonl"
+        doc = bench(["--trace", rel, "--time-scale", "3", "--policies", pol], f"mooncake-{name}")
+        parts.append(f"#### Mooncake {name} (no agent identity), open loop at a third of its rate\n\n{table(doc)}")
+    ag2 = DOCS / "results" / "ag2.jsonl"
+    if (SHARED / "ag2-captainagent").exists():
+        subprocess.run([sys.executable, "-m", "agentrt.cli", "import", "ag2",
+                        str(SHARED / "ag2-captainagent"), "-o", str(ag2)], check=True,
+                       stdout=subprocess.DEVNULL)
+        for blocks in (5227, 2613):
+            doc = bench(["--trace", str(ag2.relative_to(REPO)), "--gpu-blocks", str(blocks),
+                         "--concurrency", "16", "--policies", pol], f"ag2-gpu{blocks}")
+            parts.append(f"#### AG2 CaptainAgent logs (imported), {blocks:,} GPU blocks, 16 chats at once\n\n"
+                         f"`agentrt import ag2 ../shared/traces/ag2-captainagent -o docs/results/ag2.jsonl`\n\n{table(doc)}")
+    return "\n".join(parts)
+
+
+def write(section: str) -> None:
+    path = DOCS / "results.md"
+    text = path.read_text()
+    if MARK_START not in text:
+        text += f"\n{MARK_START}\n{MARK_END}\n"
+    head, rest = text.split(MARK_START, 1)
+    _, tail = rest.split(MARK_END, 1)
+    body = re.sub(r"\n{3,}", "\n\n", section)
+    path.write_text(f"{head}{MARK_START}\n{body}\n{MARK_END}{tail}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=["tables", "real", "all"], default="all")
+    a = ap.parse_args()
+    parts = []
+    if a.only in ("tables", "all"):
+        parts.append(tables())
+    if a.only in ("real", "all"):
+        parts.append(real_traces())
+    write("\n".join(parts))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The two sweeps of docs/results.md: hit rate against GPU KV capacity, and against predictor noise.
+
+    python benchmarks/sweeps.py [--workload mix] [--workflows 200]
+
+- Pressure sweep: each policy at GPU capacities from 2,000 blocks to the preset's full memory
+  (25,720 blocks of 16 tokens, Llama-3.1-8B on H100), on one generated trace; Belady beside.
+- Noise sweep: PBKV-HE with its predictions blended with random ones at strength E (0 to 1),
+  against PBKV-LAE and LRU, at a quarter of the KV memory.
+Writes docs/figures/pressure_sweep.png, docs/figures/noise_sweep.png and docs/results/sweeps.json.
+Every point is one simulator replay of the same trace (training split: first 25% of workflows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from agentrt.bench.runner import BenchOptions, run_bench
+from agentrt.bench.source import file_source
+from agentrt.trace.writer import write_trace
+from agentrt.workloads.base import GenConfig
+from agentrt.workloads.registry import get_workload
+
+REPO = Path(__file__).resolve().parents[1]
+CAPACITIES = [2000, 3000, 4500, 6430, 10000, 15000, 25720]
+SWEEP_POLICIES = ["lru", "cachesage", "kvflow", "pbkv-lae", "pbkv-he", "belady"]
+NOISES = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="mix")
+    ap.add_argument("--workflows", type=int, default=200)
+    ap.add_argument("--noise-blocks", type=int, default=6430)
+    a = ap.parse_args()
+    wl = get_workload(a.workload)
+    cfg = GenConfig(workflows=a.workflows, concurrency=64, seed=0)
+    out: dict = {"workload": a.workload, "workflows": a.workflows, "pressure": {}, "noise": {}}
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"{a.workload}.jsonl"
+        write_trace(path, wl.header(cfg), wl.generate(cfg))
+        src = file_source(path)
+        src.label = f"workload:{a.workload} (workflows={a.workflows}, seed=0)"
+        for blocks in CAPACITIES:
+            t0 = time.time()
+            doc = run_bench(src, SWEEP_POLICIES, BenchOptions(gpu_blocks=blocks, train_fraction=0.25))
+            out["pressure"][blocks] = {p: r["hit_rate"] for p, r in doc["results"].items()}
+            print(f"capacity {blocks}: " + ", ".join(f"{p} {100 * h:.1f}%" for p, h in out["pressure"][blocks].items())
+                  + f" ({time.time() - t0:.0f} s)", flush=True)
+        base = run_bench(src, ["lru", "pbkv-lae"], BenchOptions(gpu_blocks=a.noise_blocks, train_fraction=0.25))
+        out["noise"]["lru"] = base["results"]["lru"]["hit_rate"]
+        out["noise"]["pbkv-lae"] = base["results"]["pbkv-lae"]["hit_rate"]
+        out["noise"]["pbkv-he"] = {}
+        for e in NOISES:
+            opts = BenchOptions(gpu_blocks=a.noise_blocks, train_fraction=0.25,
+                                policy_options={"pbkv-he": {"predictor_noise": e}})
+            doc = run_bench(src, ["pbkv-he"], opts)
+            out["noise"]["pbkv-he"][e] = doc["results"]["pbkv-he"]["hit_rate"]
+            print(f"noise {e}: pbkv-he {100 * out['noise']['pbkv-he'][e]:.1f}% "
+                  f"(lae {100 * out['noise']['pbkv-lae']:.1f}%, lru {100 * out['noise']['lru']:.1f}%)", flush=True)
+    res = REPO / "docs" / "results"
+    res.mkdir(parents=True, exist_ok=True)
+    (res / "sweeps.json").write_text(json.dumps(out, indent=1))
+    plot(out)
+
+
+def plot(out: dict) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = REPO / "docs" / "figures"
+    figs.mkdir(parents=True, exist_ok=True)
+    caps = sorted(out["pressure"], key=int)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for p in SWEEP_POLICIES:
+        ax.plot([int(c) for c in caps], [100 * out["pressure"][c][p] for c in caps], marker="o",
+                label=p, linestyle="--" if p == "belady" else "-")
+    ax.set_xscale("log")
+    ax.set_xlabel("GPU KV capacity (blocks of 16 tokens)")
+    ax.set_ylabel("GPU token hit rate (%)")
+    ax.set_title(f"Pressure sweep: {out['workload']}, {out['workflows']} workflows, 64 at once")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(figs / "pressure_sweep.png", dpi=120)
+    plt.close(fig)
+
+    n = out["noise"]
+    es = sorted(n["pbkv-he"], key=float)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot([float(e) for e in es], [100 * n["pbkv-he"][e] for e in es], marker="o", label="pbkv-he")
+    ax.axhline(100 * n["pbkv-lae"], color="tab:orange", linestyle="--", label="pbkv-lae")
+    ax.axhline(100 * n["lru"], color="tab:grey", linestyle=":", label="lru")
+    ax.set_xlabel("predictor noise E (0: trained predictor, 1: random)")
+    ax.set_ylabel("GPU token hit rate (%)")
+    ax.set_title(f"Robustness: {out['workload']}, a quarter of the KV memory")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(figs / "noise_sweep.png", dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
