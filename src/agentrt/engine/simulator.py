@@ -24,15 +24,14 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from agentrt.cache.block import HOST
 from agentrt.cache.radix import RadixKVCache
+from agentrt.engine.actions import RuntimeActions
 from agentrt.engine.costs import CostModel
 from agentrt.engine.metrics import Metrics
 from agentrt.engine.presets import Preset
 from agentrt.engine.replay import WorkflowReplay
 from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, Request
 from agentrt.runtime import events as ev
-from agentrt.runtime.actions import Prefetch, WarmUp
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.runtime import AgentRuntime
 from agentrt.trace.schema import Call
@@ -62,7 +61,7 @@ class EngineConfig:
         return self.preset.model.kv_bytes_per_token * self.block_size
 
 
-class Simulator:
+class Simulator(RuntimeActions):
     def __init__(self, config: EngineConfig, policy: Policy | AgentRuntime, calls: Iterator[Call],
                  concurrency: int | None = None, record_stream: bool = False,
                  time_scale: float = 1.0,
@@ -321,101 +320,5 @@ class Simulator:
         if self.progress is not None:
             self.progress(1)
 
-    # ------------------------------------------------------------------ runtime actions
-    def _act(self) -> None:
-        for a in self.runtime.act(self.now, _View(self)):
-            if type(a) is WarmUp:
-                self._warm_up(a)
-            elif type(a) is Prefetch:
-                self._prefetch(a)
-
-    def _warm_up(self, a: WarmUp) -> None:
-        """A real request: the anchor plus a minimal message, one output token, never a user hit."""
-        if self.waiting:
-            return
-        self._rid += 1
-        bs = self.config.block_size
-        n_in = max(a.input_length, len(a.hash_ids) * bs + 1)
-        ids = list(a.hash_ids) + [-self._rid] * (-(-n_in // bs) - len(a.hash_ids))
-        info = ev.CallInfo(rid=self._rid, workflow=f"__warmup__{self._rid}", agent=a.agent,
-                           tenant=a.tenant, index=0, hash_ids=ids, input_length=n_in,
-                           output_length=1, block_size=bs, warmup=True)
-        total = -(-(n_in + 1) // bs)
-        r = Request(info, None, self.now, total - n_in // bs)
-        self.waiting.append(r)
-        if self._events:
-            self._observe(ev.CallArrived(self.now, info))
-
-    def _prefetch(self, a: Prefetch) -> None:
-        loaded = self.cache.prefetch(a.node, self.now, a.max_blocks, a.evict_below)
-        if not loaded:
-            return
-        start = max(self.now, self._pcie_free)
-        self._pcie_free = start + self.cost.pcie_seconds(len(loaded) * self.config.block_bytes)
-        for b in loaded:
-            self._inflight[b] = self._pcie_free
-        self.metrics.prefetch_blocks += len(loaded)
-
-    def _wait_for_prefetch(self, r: Request, lease, now: float) -> None:
-        """A request that hits blocks still in flight from a prefetch waits for the transfer."""
-        inflight = self._inflight
-        for b in [b for b, t in inflight.items() if t <= now]:
-            del inflight[b]
-        if not inflight:
-            return
-        ready = r.ready_at
-        node = lease.node
-        while node is not None and node.parent is not None:
-            t = inflight.get(node)
-            if t is not None and t > ready:
-                ready = t
-            node = node.parent
-        if ready > now:
-            r.ready_at = ready
-            r.state = LOADING
-
     def _on_evict(self, blocks: list, demoted: bool) -> None:
         self._observe(ev.BlocksEvicted(self.now, blocks, demoted))
-
-
-class _View:
-    """What a policy may read of the simulated engine when it acts (see runtime.actions.EngineView)."""
-
-    __slots__ = ("_sim", "now", "idle", "pcie_idle", "gpu_free", "block_size", "host_blocks",
-                 "decode_only", "pcie_blocks_per_iteration")
-
-    def __init__(self, sim: Simulator) -> None:
-        self._sim = sim
-        self.now = sim.now
-        self.idle = not sim.waiting
-        self.pcie_idle = sim._pcie_free <= sim.now
-        self.gpu_free = sim.cache.free
-        self.block_size = sim.config.block_size
-        self.host_blocks = sim.config.host_blocks
-        self.decode_only = sim._last_decode_only
-        # what the link moves while one iteration (or decode-only stretch) like the last one runs
-        self.pcie_blocks_per_iteration = int(sim._last_iter_s * sim.cost.pcie_bytes_s
-                                             // max(1, sim.config.block_bytes))
-
-    def gpu_prefix(self, tenant: str, hash_ids: list[int]) -> int:
-        return self._sim.cache.match(tenant, hash_ids, len(hash_ids))[0]
-
-    def lookup(self, tenant: str, hash_ids: list[int]):
-        return self._sim.cache.lookup(tenant, hash_ids)
-
-    @staticmethod
-    def on_host(node) -> bool:
-        """Whether the path to `node` ends in the host tier (host blocks are always a suffix)."""
-        return node.tier == HOST
-
-    @staticmethod
-    def host_blocks_on_path(node) -> int:
-        n = 0
-        while node is not None and node.tier == HOST:
-            n += 1
-            node = node.parent
-        return n
-
-    @property
-    def cache(self):
-        return self._sim.cache
