@@ -5,9 +5,11 @@ For each policy and workload, one simulator replay with the runtime instrumented
   policy's) divided by the replay's block touches;
 - score: mean time of one `score(block)` call, timed over the blocks cached at the end of the
   replay (after a first call has brought the policy's lazy state up to date);
-- state: the deep size in bytes of the runtime's and the policy's own objects (workflow table,
-  agent profiles, transition counts, predictions, block tags), excluding the cache's blocks,
-  sampled during the replay; the peak is reported.
+- state: deep sizes in bytes, sampled during the replay (peaks reported), of (a) the policy's own
+  objects (transition counts, survival tables, step graph, predictions; the predictor's weights
+  excluded), (b) the runtime's tables (live workflows, agent profiles with their anchors, calls
+  in flight), and (c) the block tags shared by several threads (a block with one user points at
+  its thread directly and costs nothing extra). The cache's own blocks are not counted.
 
     python benchmarks/policy_overhead.py [--workloads team,mix] [--policies lru,cachesage,...]
 
@@ -56,21 +58,23 @@ def deep_size(obj, seen=None) -> int:
     return total
 
 
-def policy_state(rt: AgentRuntime, cache) -> int:
+def policy_state(rt: AgentRuntime, cache) -> dict:
+    """Bytes of: the policy's own objects, the runtime's tables, and the block tags."""
     skip = {id(cache), id(rt.touch_clock)}
-    size = deep_size([rt.workflows, rt.agents, rt._calls], set(skip))
     pol = {k: v for k, v in vars(rt.policy).items() if k not in ("runtime", "predictor")}
-    size += deep_size(pol, set(skip))
-    tags = set()
+    out = {"policy": deep_size(pol, set(skip)),
+           "runtime": deep_size([rt.workflows, rt.agents, rt._calls, rt.between_calls], set(skip)),
+           "tags": 0}
+    seen = set()
     for root in cache.roots.values():
         stack = [root]
         while stack:
             b = stack.pop()
-            if isinstance(b.meta, BlockTag) and id(b.meta) not in tags:
-                tags.add(id(b.meta))
-                size += sys.getsizeof(b.meta) + sys.getsizeof(b.meta.threads)
+            if isinstance(b.meta, BlockTag) and id(b.meta) not in seen:
+                seen.add(id(b.meta))
+                out["tags"] += sys.getsizeof(b.meta) + sys.getsizeof(b.meta.threads)
             stack.extend(b.children.values())
-    return size
+    return out
 
 
 def measure(workload: str, policy: str, args) -> dict:
@@ -83,7 +87,7 @@ def measure(workload: str, policy: str, args) -> dict:
     rt = AgentRuntime(pol)
     sim = Simulator(cfg, rt, source.eval_calls(), concurrency=source.header.concurrency)
     spent = [0.0]
-    peak = [0]
+    peak = {"policy": 0, "runtime": 0, "tags": 0}
     count = [0]
     inner = rt.observe
 
@@ -93,14 +97,16 @@ def measure(workload: str, policy: str, args) -> dict:
         spent[0] += time.perf_counter() - t0
         count[0] += 1
         if count[0] % 2000 == 0:
-            peak[0] = max(peak[0], policy_state(rt, sim.cache))
+            for k, v in policy_state(rt, sim.cache).items():
+                peak[k] = max(peak[k], v)
 
     if rt.wants_events:
         sim._observe = timed
     t0 = time.perf_counter()
     m = sim.run()
     wall = time.perf_counter() - t0
-    peak[0] = max(peak[0], policy_state(rt, sim.cache))
+    for k, v in policy_state(rt, sim.cache).items():
+        peak[k] = max(peak[k], v)
     blocks = []
     for root in sim.cache.roots.values():
         stack = [root]
@@ -122,13 +128,14 @@ def measure(workload: str, policy: str, args) -> dict:
     source.close()
     return {"workload": workload, "policy": policy, "touches": m.block_touches,
             "observe_us_per_touch": spent[0] / max(1, m.block_touches) * 1e6,
-            "score_us": score_us, "state_kb": peak[0] / 1024, "replay_s": wall,
+            "score_us": score_us, "policy_kb": peak["policy"] / 1024,
+            "runtime_kb": peak["runtime"] / 1024, "tags_kb": peak["tags"] / 1024, "replay_s": wall,
             "hit_rate": m.gpu_hit_tokens / max(1, m.prompt_tokens)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default="team")
+    ap.add_argument("--workloads", default="mix,gaia")
     ap.add_argument("--policies", default="lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,pbkv")
     ap.add_argument("--workflows", type=int, default=200)
     ap.add_argument("--gpu-blocks", type=int, default=6000)
@@ -136,12 +143,13 @@ def main() -> None:
     ap.add_argument("--no-train", dest="train", action="store_false")
     args = ap.parse_args()
     print(f"{'workload':14s} {'policy':16s} {'observe us/touch':>17s} {'score us':>9s} "
-          f"{'state KB':>9s} {'replay s':>9s} {'hit rate':>9s}")
+          f"{'policy KB':>10s} {'runtime KB':>11s} {'tags KB':>8s} {'replay s':>9s} {'hit rate':>9s}")
     for w in args.workloads.split(","):
         for p in args.policies.split(","):
             r = measure(w, p, args)
             print(f"{w:14s} {p:16s} {r['observe_us_per_touch']:17.3f} {r['score_us']:9.2f} "
-                  f"{r['state_kb']:9.1f} {r['replay_s']:9.2f} {100 * r['hit_rate']:8.1f}%")
+                  f"{r['policy_kb']:10.1f} {r['runtime_kb']:11.1f} {r['tags_kb']:8.1f} "
+                  f"{r['replay_s']:9.2f} {100 * r['hit_rate']:8.1f}%")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ writes, between the markers in docs/results.md, each table under the exact comma
 reproduces it. The JSON of every run goes to docs/results/ and the plots to docs/figures/.
 
     python benchmarks/results.py                 # everything (about 20-40 minutes on 2 cores)
-    python benchmarks/results.py --only tables   # or: mooncake, ag2, sweep, noise
+    python benchmarks/results.py --only tables   # or --only real (Mooncake and AG2 traces)
 
 Settings (the same for every workload, never tuned to one): Llama-3.1-8B on H100 (`--preset
 llama3.1-8b-h100`), 16-token blocks, 200 workflows at 64 concurrent, seed 0. Two memory
@@ -31,7 +31,7 @@ WORKLOADS = ["hover", "swebench", "financebench", "mmlu", "mtbench", "gaia", "gs
 FULL, QUARTER = 25720, 6430
 GPU_POLICIES = "lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,belady,infinite"
 HOST_POLICIES = "lru,cachesage,kvflow,pbkv-lae,pbkv-he,pbkv,pbkv-aggressive,belady,infinite"
-MARK_START, MARK_END = "<!-- results:start -->", "<!-- results:end -->"
+MARK = "<!-- results:{part}:{edge} -->"
 
 
 def bench(args: list[str], name: str) -> dict:
@@ -116,27 +116,27 @@ def real_traces() -> str:
     return "\n".join(parts)
 
 
-def write(section: str) -> None:
+def write(part: str, section: str) -> None:
+    """Replace the text between this part's markers in docs/results.md (appended if missing)."""
     path = DOCS / "results.md"
     text = path.read_text()
-    if MARK_START not in text:
-        text += f"\n{MARK_START}\n{MARK_END}\n"
-    head, rest = text.split(MARK_START, 1)
-    _, tail = rest.split(MARK_END, 1)
+    start, end = MARK.format(part=part, edge="start"), MARK.format(part=part, edge="end")
+    if start not in text:
+        text += f"\n{start}\n{end}\n"
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
     body = re.sub(r"\n{3,}", "\n\n", section)
-    path.write_text(f"{head}{MARK_START}\n{body}\n{MARK_END}{tail}")
+    path.write_text(f"{head}{start}\n{body}\n{end}{tail}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["tables", "real", "all"], default="all")
     a = ap.parse_args()
-    parts = []
     if a.only in ("tables", "all"):
-        parts.append(tables())
+        write("tables", tables())
     if a.only in ("real", "all"):
-        parts.append(real_traces())
-    write("\n".join(parts))
+        write("real", real_traces())
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 - Pressure sweep: each policy at GPU capacities from 2,000 blocks to the preset's full memory
   (25,720 blocks of 16 tokens, Llama-3.1-8B on H100), on one generated trace; Belady beside.
 - Noise sweep: PBKV-HE with its predictions blended with random ones at strength E (0 to 1),
-  against PBKV-LAE and LRU, at a quarter of the KV memory.
+  against PBKV-LAE and LRU, at the full KV memory and at a quarter of it.
 Writes docs/figures/pressure_sweep.png, docs/figures/noise_sweep.png and docs/results/sweeps.json.
 Every point is one simulator replay of the same trace (training split: first 25% of workflows).
 """
@@ -34,34 +34,42 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="mix")
     ap.add_argument("--workflows", type=int, default=200)
-    ap.add_argument("--noise-blocks", type=int, default=6430)
+    ap.add_argument("--noise-blocks", default="25720,6430")
+    ap.add_argument("--only", choices=["pressure", "noise", "all"], default="all")
     a = ap.parse_args()
+    res = REPO / "docs" / "results"
+    old = res / "sweeps.json"
     wl = get_workload(a.workload)
     cfg = GenConfig(workflows=a.workflows, concurrency=64, seed=0)
     out: dict = {"workload": a.workload, "workflows": a.workflows, "pressure": {}, "noise": {}}
+    if a.only != "all" and old.exists():
+        prev = json.loads(old.read_text())
+        out["pressure"] = {int(k): v for k, v in prev.get("pressure", {}).items()}
+        out["noise"] = {int(k): {**v, "pbkv-he": {float(e): h for e, h in v["pbkv-he"].items()}}
+                        for k, v in prev.get("noise", {}).items() if isinstance(v, dict) and "pbkv-he" in v}
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / f"{a.workload}.jsonl"
         write_trace(path, wl.header(cfg), wl.generate(cfg))
         src = file_source(path)
         src.label = f"workload:{a.workload} (workflows={a.workflows}, seed=0)"
-        for blocks in CAPACITIES:
-            t0 = time.time()
-            doc = run_bench(src, SWEEP_POLICIES, BenchOptions(gpu_blocks=blocks, train_fraction=0.25))
-            out["pressure"][blocks] = {p: r["hit_rate"] for p, r in doc["results"].items()}
-            print(f"capacity {blocks}: " + ", ".join(f"{p} {100 * h:.1f}%" for p, h in out["pressure"][blocks].items())
-                  + f" ({time.time() - t0:.0f} s)", flush=True)
-        base = run_bench(src, ["lru", "pbkv-lae"], BenchOptions(gpu_blocks=a.noise_blocks, train_fraction=0.25))
-        out["noise"]["lru"] = base["results"]["lru"]["hit_rate"]
-        out["noise"]["pbkv-lae"] = base["results"]["pbkv-lae"]["hit_rate"]
-        out["noise"]["pbkv-he"] = {}
-        for e in NOISES:
-            opts = BenchOptions(gpu_blocks=a.noise_blocks, train_fraction=0.25,
-                                policy_options={"pbkv-he": {"predictor_noise": e}})
-            doc = run_bench(src, ["pbkv-he"], opts)
-            out["noise"]["pbkv-he"][e] = doc["results"]["pbkv-he"]["hit_rate"]
-            print(f"noise {e}: pbkv-he {100 * out['noise']['pbkv-he'][e]:.1f}% "
-                  f"(lae {100 * out['noise']['pbkv-lae']:.1f}%, lru {100 * out['noise']['lru']:.1f}%)", flush=True)
-    res = REPO / "docs" / "results"
+        if a.only in ("pressure", "all"):
+            for blocks in CAPACITIES:
+                t0 = time.time()
+                doc = run_bench(src, SWEEP_POLICIES, BenchOptions(gpu_blocks=blocks, train_fraction=0.25))
+                out["pressure"][blocks] = {p: r["hit_rate"] for p, r in doc["results"].items()}
+                print(f"capacity {blocks}: " + ", ".join(f"{p} {100 * h:.1f}%" for p, h in out["pressure"][blocks].items())
+                      + f" ({time.time() - t0:.0f} s)", flush=True)
+        if a.only in ("noise", "all"):
+            for blocks in (int(b) for b in a.noise_blocks.split(",")):
+                base = run_bench(src, ["lru", "pbkv-lae"], BenchOptions(gpu_blocks=blocks, train_fraction=0.25))
+                row = out["noise"][blocks] = {"lru": base["results"]["lru"]["hit_rate"],
+                                              "pbkv-lae": base["results"]["pbkv-lae"]["hit_rate"], "pbkv-he": {}}
+                for e in NOISES:
+                    opts = BenchOptions(gpu_blocks=blocks, train_fraction=0.25,
+                                        policy_options={"pbkv-he": {"predictor_noise": e}})
+                    row["pbkv-he"][e] = run_bench(src, ["pbkv-he"], opts)["results"]["pbkv-he"]["hit_rate"]
+                    print(f"{blocks} blocks, noise {e}: pbkv-he {100 * row['pbkv-he'][e]:.1f}% "
+                          f"(lae {100 * row['pbkv-lae']:.1f}%, lru {100 * row['lru']:.1f}%)", flush=True)
     res.mkdir(parents=True, exist_ok=True)
     (res / "sweeps.json").write_text(json.dumps(out, indent=1))
     plot(out)
@@ -89,17 +97,19 @@ def plot(out: dict) -> None:
     fig.savefig(figs / "pressure_sweep.png", dpi=120)
     plt.close(fig)
 
-    n = out["noise"]
-    es = sorted(n["pbkv-he"], key=float)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    ax.plot([float(e) for e in es], [100 * n["pbkv-he"][e] for e in es], marker="o", label="pbkv-he")
-    ax.axhline(100 * n["pbkv-lae"], color="tab:orange", linestyle="--", label="pbkv-lae")
-    ax.axhline(100 * n["lru"], color="tab:grey", linestyle=":", label="lru")
-    ax.set_xlabel("predictor noise E (0: trained predictor, 1: random)")
-    ax.set_ylabel("GPU token hit rate (%)")
-    ax.set_title(f"Robustness: {out['workload']}, a quarter of the KV memory")
-    ax.legend()
-    ax.grid(alpha=0.3)
+    rows = sorted(out["noise"], key=int, reverse=True)
+    fig, axes = plt.subplots(1, len(rows), figsize=(6 * len(rows), 4.2), squeeze=False)
+    for ax, blocks in zip(axes[0], rows):
+        n = out["noise"][blocks]
+        es = sorted(n["pbkv-he"], key=float)
+        ax.plot([float(e) for e in es], [100 * n["pbkv-he"][e] for e in es], marker="o", label="pbkv-he")
+        ax.axhline(100 * n["pbkv-lae"], color="tab:orange", linestyle="--", label="pbkv-lae")
+        ax.axhline(100 * n["lru"], color="tab:grey", linestyle=":", label="lru")
+        ax.set_xlabel("predictor noise E (0: trained predictor, 1: random)")
+        ax.set_ylabel("GPU token hit rate (%)")
+        ax.set_title(f"Robustness: {out['workload']}, {int(blocks):,} GPU blocks")
+        ax.legend()
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(figs / "noise_sweep.png", dpi=120)
     plt.close(fig)

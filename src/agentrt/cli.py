@@ -222,7 +222,7 @@ def presets() -> None:
 # --- commands defined in other modules -------------------------------------------------------
 def _register_extra_commands() -> None:
     import importlib
-    for mod in ("agentrt.workloads.cli", "agentrt.predict.cli"):
+    for mod in ("agentrt.workloads.cli", "agentrt.predict.cli", "agentrt.serve.cli"):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:

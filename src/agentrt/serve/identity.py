@@ -1,0 +1,116 @@
+"""Agent identity of a request: from headers, body metadata, or inferred; and how it is forwarded.
+
+Sources, first found wins:
+- headers `X-Agent-Id`, `X-Workflow-Id`, `X-Workflow-End` (true on a workflow's last call),
+  `X-Tenant-Id`;
+- the body's `metadata` object: `agent_id`, `workflow_id`, `workflow_end`, `tenant_id` (strings, as
+  OpenAI's `metadata` requires; `workflow_end` may also be a JSON boolean);
+- the workflow only: vLLM's own `session_id` field, else `auto:<digest>` of the first non-system
+  message of a chat (the task every call of one conversation repeats), else `call:<n>` (one call,
+  one workflow, ended with that call). The agent, when not given, is left to the runtime, which infers `anchor:<id>`
+  from the prompt's leading block (see `blocks.py`).
+The tenant defaults to "default". Forwarding (`forward_body`): `session_id` = workflow id unless
+the client set one itself, and `vllm_xargs` gains `agentrt_workflow`, `agentrt_agent`,
+`agentrt_tenant`, `agentrt_end` ("true"/"false") and `agentrt_call` (the call's index in its
+workflow, as the server counts), merged over any the client sent: the fields the in-engine
+connector reads (src/agentrt/vllm/identity.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from agentrt.serve.validate import RequestError
+
+HEADERS = {"agent": "x-agent-id", "workflow": "x-workflow-id", "end": "x-workflow-end",
+           "tenant": "x-tenant-id"}
+METADATA = {"agent": "agent_id", "workflow": "workflow_id", "end": "workflow_end",
+            "tenant": "tenant_id"}
+MAX_ID_CHARS = 512
+TRUE = ("true", "1", "yes")
+FALSE = ("false", "0", "no", "")
+
+
+@dataclass(slots=True)
+class Identity:
+    agent: str | None            # None: the runtime infers it from the prompt's anchor
+    workflow: str
+    tenant: str = "default"
+    end: bool = False            # this is the workflow's last call
+    agent_source: str = "anchor"     # header | metadata | anchor
+    workflow_source: str = "call"    # header | metadata | session_id | auto | call
+
+
+def _clean(value, name: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RequestError(f"{name} must be a string", name)
+    value = value.strip()
+    if len(value) > MAX_ID_CHARS:
+        raise RequestError(f"{name} is longer than {MAX_ID_CHARS} characters", name)
+    return value or None
+
+
+def _flag(value, name: str) -> bool:
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
+        return value.strip().lower() in TRUE
+    raise RequestError(f"{name} must be true or false", name)
+
+
+def _first_task(messages: list) -> str | None:
+    for m in messages:
+        if isinstance(m, dict) and m.get("role") not in ("system", "developer"):
+            text = json.dumps(m.get("content"), sort_keys=True, default=str)
+            return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return None
+
+
+def resolve_identity(headers, body: dict, call_number: int) -> Identity:
+    """Identity of one request. `headers` is any case-insensitive mapping (lower-case keys work)."""
+    meta = body.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    found: dict = {}
+    source: dict = {}
+    for key in HEADERS:
+        h = headers.get(HEADERS[key])
+        if h is not None:
+            found[key], source[key] = h, "header"
+        elif METADATA[key] in meta:
+            found[key], source[key] = meta[METADATA[key]], "metadata"
+    names = {k: (HEADERS[k] if source.get(k) == "header" else f"metadata.{METADATA[k]}") for k in HEADERS}
+    agent = _clean(found.get("agent"), names["agent"])
+    workflow = _clean(found.get("workflow"), names["workflow"])
+    tenant = _clean(found.get("tenant"), names["tenant"]) or "default"
+    end = _flag(found.get("end"), names["end"])
+    ident = Identity(agent, "", tenant, end, source.get("agent", "anchor") if agent else "anchor")
+    if workflow:
+        ident.workflow, ident.workflow_source = workflow, source["workflow"]
+    elif isinstance(body.get("session_id"), str) and body["session_id"]:
+        ident.workflow, ident.workflow_source = body["session_id"], "session_id"
+    else:
+        task = _first_task(body["messages"]) if isinstance(body.get("messages"), list) else None
+        if task is not None:
+            ident.workflow, ident.workflow_source = f"auto:{task}", "auto"
+        else:   # a workflow of one call: it ends with that call
+            ident.workflow, ident.workflow_source, ident.end = f"call:{call_number}", "call", True
+    return ident
+
+
+def forward_body(body: dict, ident: Identity, agent: str, call_index: int | None = None) -> dict:
+    """A shallow copy of `body` carrying the identity for the engine (and its KV connector)."""
+    out = dict(body)
+    if not isinstance(out.get("session_id"), str) or not out["session_id"]:
+        out["session_id"] = ident.workflow
+    xargs = out.get("vllm_xargs")
+    xargs = dict(xargs) if isinstance(xargs, dict) else {}
+    xargs.update(agentrt_workflow=ident.workflow, agentrt_agent=agent, agentrt_tenant=ident.tenant,
+                 agentrt_end="true" if ident.end else "false")
+    if call_index is not None:
+        xargs["agentrt_call"] = call_index
+    out["vllm_xargs"] = xargs
+    return out

@@ -1,0 +1,117 @@
+"""Prometheus metrics of `agentrt serve`, labelled by policy and agent.
+
+Token counts come from the upstream's responses: `usage.prompt_tokens` and
+`usage.prompt_tokens_details.cached_tokens` (vLLM with --enable-prompt-tokens-details). A streamed
+response carries usage only when the client asked for it (`stream_options.include_usage`); the
+server does not change the stream to get it, so such calls count in `agentrt_requests_total` and
+`agentrt_requests_without_usage_total` but not in the token counters. Hit rates are cached over
+prompt tokens of user calls, warm-ups excluded. Agent label values are capped (`max_agents`, then
+"other") so a framework that invents an id per call cannot blow up the series count. Each server
+owns its registry, so several can live in one process (tests).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["ServeMetrics", "CONTENT_TYPE_LATEST"]
+
+
+class ServeMetrics:
+    def __init__(self, policy: str, max_agents: int = 256) -> None:
+        self.policy = policy
+        self.max_agents = max_agents
+        self._agents: set[str] = set()
+        self._tokens: dict[str, list[int]] = {}      # agent label -> [prompt, cached]
+        self._total = [0, 0]
+        r = self.registry = CollectorRegistry()
+        pa = ["policy", "agent"]
+        self.requests = Counter("agentrt_requests", "Calls forwarded to the upstream, by outcome",
+                                ["policy", "agent", "endpoint", "status"], registry=r)
+        self.no_usage = Counter("agentrt_requests_without_usage", "Successful calls whose response "
+                                "had no usage (streams without include_usage)", pa, registry=r)
+        self.prompt_tokens = Counter("agentrt_prompt_tokens", "Prompt tokens of user calls", pa, registry=r)
+        self.cached_tokens = Counter("agentrt_cached_tokens", "Prompt tokens of user calls served "
+                                     "from the engine's prefix cache", pa, registry=r)
+        self.agent_hit_rate = Gauge("agentrt_agent_hit_rate", "Cached / prompt tokens of an agent's "
+                                    "calls", pa, registry=r)
+        self.hit_rate = Gauge("agentrt_hit_rate", "Cached / prompt tokens of all user calls",
+                              ["policy"], registry=r)
+        self.warmups = Counter("agentrt_warmups", "Warm-up requests sent, by outcome",
+                               ["policy", "agent", "outcome"], registry=r)
+        self.warmup_prompt_tokens = Counter("agentrt_warmup_prompt_tokens", "Prompt tokens of "
+                                            "warm-up requests", pa, registry=r)
+        self.warmup_computed_tokens = Counter("agentrt_warmup_computed_tokens", "Prompt tokens the "
+                                              "engine prefilled for warm-ups (their cost: prompt "
+                                              "minus cached)", pa, registry=r)
+        self.actions_ignored = Counter("agentrt_actions_ignored", "Policy actions the server cannot "
+                                       "carry out (e.g. host-tier prefetch)", ["policy", "kind"], registry=r)
+        self.runtime_errors = Counter("agentrt_runtime_errors", "Exceptions inside the runtime or "
+                                      "policy (the request went on)", ["policy", "where"], registry=r)
+        self.upstream_errors = Counter("agentrt_upstream_errors", "Upstream answers with status >= 400 "
+                                       "or no answer (status 'unreachable')", ["policy", "status"], registry=r)
+        self.in_flight = Gauge("agentrt_requests_in_flight", "User calls in flight", ["policy"], registry=r)
+        self.latency = Histogram("agentrt_request_seconds", "Time from request to the end of the "
+                                 "response", ["policy", "endpoint"], registry=r,
+                                 buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+        self.hit_rate.labels(policy).set(0.0)
+        self.in_flight.labels(policy).set(0)
+
+    def agent_label(self, agent: str | None) -> str:
+        a = agent or "unknown"
+        if a in self._agents:
+            return a
+        if len(self._agents) < self.max_agents:
+            self._agents.add(a)
+            return a
+        return "other"
+
+    def call(self, agent: str | None, endpoint: str, status: int | str, seconds: float,
+             usage: dict | None) -> None:
+        a = self.agent_label(agent)
+        p = self.policy
+        self.requests.labels(p, a, endpoint, str(status)).inc()
+        self.latency.labels(p, endpoint).observe(seconds)
+        if status != 200:
+            return
+        prompt, cached = usage_tokens(usage)
+        if prompt is None:
+            self.no_usage.labels(p, a).inc()
+            return
+        self.prompt_tokens.labels(p, a).inc(prompt)
+        self.cached_tokens.labels(p, a).inc(cached)
+        t = self._tokens.setdefault(a, [0, 0])
+        t[0] += prompt
+        t[1] += cached
+        self._total[0] += prompt
+        self._total[1] += cached
+        if t[0]:
+            self.agent_hit_rate.labels(p, a).set(t[1] / t[0])
+        if self._total[0]:
+            self.hit_rate.labels(p).set(self._total[1] / self._total[0])
+
+    def warmup(self, agent: str, outcome: str, usage: dict | None) -> None:
+        a = self.agent_label(agent)
+        self.warmups.labels(self.policy, a, outcome).inc()
+        prompt, cached = usage_tokens(usage)
+        if prompt is not None:
+            self.warmup_prompt_tokens.labels(self.policy, a).inc(prompt)
+            self.warmup_computed_tokens.labels(self.policy, a).inc(max(0, prompt - cached))
+
+    def totals(self) -> dict:
+        prompt, cached = self._total
+        return {"prompt_tokens": prompt, "cached_tokens": cached,
+                "hit_rate": cached / prompt if prompt else 0.0}
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def usage_tokens(usage: dict | None) -> tuple[int | None, int]:
+    """(prompt tokens, cached tokens) of an OpenAI `usage` object; (None, 0) if absent."""
+    if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
+        return None, 0
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return usage["prompt_tokens"], cached if isinstance(cached, int) else 0

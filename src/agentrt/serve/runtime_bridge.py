@@ -1,0 +1,247 @@
+"""The server's side of the runtime: requests become runtime events, the policy's actions become
+real upstream requests.
+
+Model
+- Each user call is `CallArrived` when it comes in (identity resolved, the agent inferred from the
+  prompt's anchor when not given) and `CallFinished` when its response ends (node None: the server
+  sees no blocks); `X-Workflow-End` adds `WorkflowEnded` after it. `now` comes from the clock
+  passed in (monotonic seconds).
+- Between requests, when no user call is in flight, `act(now, view)` runs (after the last call
+  ends and every `act_interval_s`); a `WarmUp` becomes a request for the agent's anchor plus a
+  minimal user message with max_tokens=1, one at a time, and only while the engine stays idle.
+  Other actions (host-tier prefetch) have nothing to act on here and are counted as ignored.
+- The policy's view of the engine is an estimate (`view.py`): the server sees no block events.
+- The runtime never makes a request fail: every call into it is guarded, counted in
+  `agentrt_runtime_errors_total` and logged once per place; the request goes on without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+
+from agentrt.errors import AgentrtError
+from agentrt.policies.registry import BOUNDS, make_policy
+from agentrt.runtime import events as ev
+from agentrt.runtime.actions import WarmUp
+from agentrt.runtime.runtime import AgentRuntime
+from agentrt.serve.blocks import PromptBlocks, PromptTemplate, chat_segments, completion_segments
+from agentrt.serve.blocks import prompt_blocks, template, warmup_body
+from agentrt.serve.identity import Identity, forward_body
+from agentrt.serve.metrics import ServeMetrics, usage_tokens
+from agentrt.serve.view import CacheEstimate, ServerView
+
+log = logging.getLogger("agentrt.serve")
+Post = Callable[[str, dict], Awaitable[tuple[int | str, dict | None]]]
+
+
+class Call:
+    __slots__ = ("info", "ident", "agent", "endpoint", "started", "blocks")
+
+    @property
+    def index(self) -> int | None:
+        return self.info.index if self.info is not None else None
+
+    def __init__(self, info, ident: Identity, agent: str, endpoint: str, started: float,
+                 blocks: PromptBlocks | None) -> None:
+        self.info, self.ident, self.agent, self.endpoint = info, ident, agent, endpoint
+        self.started, self.blocks = started, blocks
+
+
+class RuntimeBridge:
+    def __init__(self, policy: str, options: dict | None = None, *, block_chars: int = 256,
+                 max_anchor_blocks: int = 64, kv_capacity_tokens: int = 0,
+                 act_interval_s: float = 0.25, clock: Callable[[], float] = time.monotonic,
+                 max_templates: int = 4096, max_agent_labels: int = 256) -> None:
+        if policy in BOUNDS:
+            raise AgentrtError(f"'{policy}' is an offline bound, not a policy a server can run")
+        pol = make_policy(policy, **(options or {}))
+        if pol.needs_training:
+            log.warning("policy %s learns offline; behind the server it runs untrained", policy)
+        self.policy_name = policy
+        self.runtime = AgentRuntime(pol, anchor_tokens=block_chars,
+                                    max_anchor_tokens=block_chars * max_anchor_blocks)
+        self.metrics = ServeMetrics(policy, max_agent_labels)
+        self.cache = CacheEstimate(kv_capacity_tokens)
+        self.block_chars = block_chars
+        self.max_anchor_blocks = max_anchor_blocks
+        self.act_interval_s = act_interval_s
+        self.clock = clock
+        self.in_flight = 0
+        self.warming = False
+        self.warmups_sent = 0
+        self.recent: deque = deque(maxlen=256)
+        self._templates: OrderedDict[tuple[str, str], PromptTemplate] = OrderedDict()
+        self._max_templates = max_templates
+        self._rid = itertools.count(1)
+        self._calls = itertools.count(1)
+        self._logged: set[str] = set()
+        self._wake = asyncio.Event()
+
+    # ------------------------------------------------------------------ guarded runtime calls
+    def _guard(self, where: str, fn, *args, default=None):
+        try:
+            return fn(*args)
+        except Exception:
+            self._report(where)
+            return default
+
+    def _report(self, where: str) -> None:
+        """Count the exception being handled; log it the first time `where` fails."""
+        self.metrics.runtime_errors.labels(self.policy_name, where).inc()
+        self.runtime.errors += 1
+        if where not in self._logged:
+            self._logged.add(where)
+            log.exception("agentrt runtime error in %s (logged once; requests go on)", where)
+
+    def next_call_number(self) -> int:
+        return next(self._calls)
+
+    # ------------------------------------------------------------------ user calls
+    def arrive(self, endpoint: str, body: dict, ident: Identity) -> Call:
+        now = self.clock()
+        self.in_flight += 1
+        self.metrics.in_flight.labels(self.policy_name).set(self.in_flight)
+        chat = endpoint.endswith("/chat/completions")
+        segs = self._guard("blocks", chat_segments if chat else completion_segments, body)
+        blocks = self._guard("blocks", prompt_blocks, body, segs, self.block_chars) if segs else None
+        info = None
+        agent = ident.agent
+        if blocks is not None:
+            info = self._guard("arrive", self._info, body, ident, blocks)
+        if info is not None:
+            agent = self._guard("identity", self.runtime.resolve_agent, info) or agent
+            self._guard("observe", self.runtime.observe, ev.CallArrived(now, info))
+            self._guard("template", self._keep_template, endpoint, body, segs, blocks, ident.tenant, agent)
+        return Call(info, ident, agent or "unknown", endpoint, now, blocks)
+
+    def _info(self, body: dict, ident: Identity, blocks: PromptBlocks) -> ev.CallInfo:
+        wf = self.runtime.workflows.get(ident.workflow)
+        index = sum(t.calls for t in wf.threads.values()) if wf is not None else 0  # as the connector counts
+        out = body.get("max_completion_tokens", body.get("max_tokens"))
+        return ev.CallInfo(next(self._rid), ident.workflow, ident.agent, ident.tenant, index, blocks.hash_ids,
+                           len(blocks.hash_ids) * self.block_chars,
+                           out if isinstance(out, int) else 0, self.block_chars,
+                           agent_explicit=ident.agent is not None)
+
+    def _keep_template(self, endpoint, body, segs, blocks, tenant: str, agent: str) -> None:
+        key = (tenant, agent)
+        self._templates[key] = template(endpoint, body, segs, blocks, self.max_anchor_blocks)
+        self._templates.move_to_end(key)
+        while len(self._templates) > self._max_templates:
+            self._templates.popitem(last=False)
+
+    def finish(self, call: Call, status: int | str, usage: dict | None) -> None:
+        now = self.clock()
+        self.in_flight = max(0, self.in_flight - 1)
+        self.metrics.in_flight.labels(self.policy_name).set(self.in_flight)
+        if call.info is not None:
+            self._guard("observe", self.runtime.observe, ev.CallFinished(now, call.info, None))
+        if status == 200:
+            self._guard("cache", self._computed, call.ident.tenant, call.blocks, usage)
+        if call.ident.end:
+            self.end_workflow(call.ident.workflow, call.ident.tenant)
+        self.metrics.call(call.agent, call.endpoint, status, now - call.started, usage)
+        prompt, cached = usage_tokens(usage)
+        self.recent.append({"workflow": call.ident.workflow, "agent": call.agent,
+                            "agent_source": call.ident.agent_source, "tenant": call.ident.tenant,
+                            "workflow_source": call.ident.workflow_source, "end": call.ident.end,
+                            "endpoint": call.endpoint, "status": status, "prompt_tokens": prompt,
+                            "cached_tokens": cached, "warmup": False})
+        if self.in_flight == 0:
+            self._wake.set()
+
+    def _computed(self, tenant: str, blocks: PromptBlocks | None, usage: dict | None) -> None:
+        prompt, cached = usage_tokens(usage)
+        if prompt is None:       # no usage (a stream without include_usage): about 4 chars a token
+            prompt, cached = len(blocks.hash_ids) * self.block_chars // 4 if blocks else 0, 0
+        out = usage.get("completion_tokens", 0) if isinstance(usage, dict) else 0
+        self.cache.add_work(prompt - cached + (out if isinstance(out, int) else 0))
+        if blocks is not None:
+            self.cache.record(tenant, blocks.hash_ids[:-1])   # the last block may be partial
+
+    def end_workflow(self, workflow: str, tenant: str = "default") -> None:
+        self._guard("observe", self.runtime.observe, ev.WorkflowEnded(self.clock(), workflow, tenant))
+
+    # ------------------------------------------------------------------ actions
+    async def run(self, post: Post) -> None:
+        """The act loop: runs until cancelled; does nothing for policies that never act."""
+        if not self.runtime.policy.acts:
+            return
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.act_interval_s)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.act_once(post)
+            except Exception:        # a bug here must not stop the loop for good
+                self._report("act_loop")
+
+    async def act_once(self, post: Post) -> int:
+        if self.in_flight or self.warming:
+            return 0
+        view = ServerView(self.clock(), True, self.block_chars, self.cache)
+        actions = self._guard("act", self.runtime.act, view.now, view, default=[]) or []
+        sent = 0
+        for a in actions:
+            if not isinstance(a, WarmUp):
+                self.metrics.actions_ignored.labels(self.policy_name, type(a).__name__).inc()
+            elif not self.in_flight:
+                sent += await self._warm(a, post)
+        return sent
+
+    async def _warm(self, a: WarmUp, post: Post) -> int:
+        t = self._templates.get((a.tenant, a.agent))
+        body = self._guard("warmup", warmup_body, t, list(a.hash_ids)) if t is not None else None
+        if body is None:
+            self.metrics.warmup(a.agent, "skipped", None)
+            return 0
+        # a workflow of its own that ends with it; `agentrt_warmup` tells the engine not to learn from it
+        wid = f"warmup:{a.agent}"
+        body = forward_body(body, Identity(a.agent, wid, a.tenant, end=True), a.agent)
+        body["vllm_xargs"]["agentrt_warmup"] = "true"
+        info = ev.CallInfo(next(self._rid), wid, a.agent, a.tenant, 0, list(a.hash_ids),
+                           len(a.hash_ids) * self.block_chars, 1, self.block_chars, warmup=True)
+        self._guard("observe", self.runtime.observe, ev.CallArrived(self.clock(), info))
+        self.warming = True
+        try:
+            status, resp = await post(t.path, body)
+        except Exception as e:   # the upstream is down: count it, the next act tries again
+            log.warning("warm-up for %s failed: %s", a.agent, e)
+            status, resp = "unreachable", None
+        finally:
+            self.warming = False
+        self._guard("observe", self.runtime.observe, ev.CallFinished(self.clock(), info, None))
+        usage = resp.get("usage") if isinstance(resp, dict) else None
+        self.metrics.warmup(a.agent, "ok" if status == 200 else "error", usage)
+        if status == 200:
+            self.warmups_sent += 1
+            prompt, cached = usage_tokens(usage)
+            self.cache.add_work((prompt or 0) - cached + 1)
+            self.cache.record(a.tenant, list(a.hash_ids))
+        self.recent.append({"workflow": wid, "agent": a.agent, "agent_source": "policy",
+                            "tenant": a.tenant, "workflow_source": "warmup", "end": False,
+                            "endpoint": t.path, "status": status,
+                            "prompt_tokens": usage_tokens(usage)[0],
+                            "cached_tokens": usage_tokens(usage)[1], "warmup": True})
+        return 1 if status == 200 else 0
+
+    # ------------------------------------------------------------------ introspection
+    def state(self, limit: int = 200) -> dict:
+        rt = self.runtime
+        wfs = [{"id": w.id, "tenant": w.tenant, "path": list(w.path[-16:]), "running": w.running}
+               for w in itertools.islice(rt.workflows.values(), limit)]
+        agents = [{"tenant": p.tenant, "agent": p.name, "calls": p.calls, "anchor_blocks": len(p.anchor),
+                   "anchor_workflows": p.anchor_workflows}
+                  for p in itertools.islice(rt.agents.values(), limit)]
+        return {"policy": self.policy_name, "in_flight": self.in_flight, "warming": self.warming,
+                "warmups_sent": self.warmups_sent, "runtime_errors": rt.errors,
+                "kv_capacity_tokens": self.cache.capacity_tokens, "engine_work_tokens": self.cache.work,
+                "totals": self.metrics.totals(), "workflows": wfs, "agents": agents,
+                "recent": list(self.recent)[-limit:]}
