@@ -116,6 +116,31 @@ def real_traces() -> str:
     return "\n".join(parts)
 
 
+def summary() -> str:
+    """One line per workload and pressure from the JSON the table runs wrote (no new runs)."""
+    pols = ["lru", "cachesage", "kvflow", "ttl", "pbkv-lae", "pbkv-he", "belady", "infinite"]
+    rows = ["| workload | GPU blocks | " + " | ".join(pols) + " | best / LRU hit | best / LRU TTFT | best / LRU E2E |",
+            "| --- | ---: | " + " | ".join("---:" for _ in pols) + " | ---: | ---: | ---: |"]
+    for w in WORKLOADS:
+        for blocks in (FULL, QUARTER):
+            f = DOCS / "results" / f"{w}-gpu{blocks}.json"
+            if not f.exists():
+                continue
+            r = json.loads(f.read_text())["results"]
+            real = [p for p in pols if p in r and not r[p].get("bound") and p != "lru"]
+            best = max(real, key=lambda p: r[p]["hit_rate"])
+            lru = r["lru"]
+            cells = [pct(r[p]["hit_rate"]) if p in r else "-" for p in pols]
+            rows.append(f"| {w} | {blocks:,} | " + " | ".join(cells)
+                        + f" | {best} {r[best]['hit_rate'] / lru['hit_rate']:.2f}x"
+                        + f" | {lru['ttft_mean_s'] / r[best]['ttft_mean_s']:.2f}x"
+                        + f" | {lru['e2e_mean_s'] / r[best]['e2e_mean_s']:.2f}x |")
+    return ("GPU token hit rate (%) of every policy; the last columns compare the policy with the "
+            "highest hit rate against LRU (hit-rate ratio, mean-TTFT and mean-E2E speed-ups). "
+            "Built by `python benchmarks/results.py --only summary` from the JSON of the runs below.\n\n"
+            + "\n".join(rows) + "\n")
+
+
 def write(part: str, section: str) -> None:
     """Replace the text between this part's markers in docs/results.md (appended if missing)."""
     path = DOCS / "results.md"
@@ -131,12 +156,14 @@ def write(part: str, section: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=["tables", "real", "all"], default="all")
+    ap.add_argument("--only", choices=["tables", "real", "summary", "all"], default="all")
     a = ap.parse_args()
     if a.only in ("tables", "all"):
         write("tables", tables())
     if a.only in ("real", "all"):
         write("real", real_traces())
+    if a.only in ("summary", "tables", "all"):
+        write("summary", summary())
 
 
 if __name__ == "__main__":
