@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentrt.errors import AgentrtError
+from agentrt.options import parse_value
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="agentrt: agent-aware KV-cache policies for LLM serving.")
@@ -32,18 +33,6 @@ def _split(s: str) -> list[str]:
     return [p.strip() for p in s.split(",") if p.strip()]
 
 
-def _value(text: str):
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
 def parse_policy_options(items: list[str], policies: list[str]) -> dict:
     """`--set policy.option=value` items -> {policy: {option: value}}."""
     out: dict = {}
@@ -54,7 +43,7 @@ def parse_policy_options(items: list[str], policies: list[str]) -> dict:
             raise AgentrtError(f"--set {item!r}: expected POLICY.OPTION=VALUE")
         if pol not in policies:
             raise AgentrtError(f"--set {item!r}: policy '{pol}' is not in --policies")
-        out.setdefault(pol, {})[opt] = _value(val)
+        out.setdefault(pol, {})[opt] = parse_value(val)
     return out
 
 

@@ -13,20 +13,9 @@ from typing import Optional
 import typer
 
 from agentrt.errors import AgentrtError
+from agentrt.options import parse_value
 
 SERVE_DEPS = ("fastapi", "uvicorn", "httpx", "prometheus_client")
-
-
-def parse_value(text: str):
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
 
 
 def parse_options(items: list[str], policy: str) -> dict:
