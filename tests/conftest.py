@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# Session fixtures for real vLLM servers, registered here so that every test module shares them
+# (a fixture imported into two modules would start its servers twice).
+from vllm_support import tiny_model, vllm_log_dir, vllm_servers  # noqa: E402,F401
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -15,7 +15,7 @@ pytest.importorskip("fastapi", reason="the serve extra is not installed (pip ins
 import httpx  # noqa: E402
 
 from test_serve import MODEL, load_example, serve_factory, shared_upstream  # noqa: E402,F401
-from vllm_support import requires_vllm, tiny_model, vllm_servers  # noqa: E402,F401
+from vllm_support import requires_vllm  # noqa: E402
 
 
 @pytest.fixture(scope="session")

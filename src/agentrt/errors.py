@@ -27,4 +27,5 @@ class TraceError(AgentrtError):
 
 def unknown_name(kind: str, name: str, valid: list[str]) -> AgentrtError:
     """The standard error for an unknown policy, preset, workload... listing the valid names."""
-    return AgentrtError(f"unknown {kind} '{name}'; valid {kind}s: {', '.join(sorted(valid))}")
+    plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+    return AgentrtError(f"unknown {kind} '{name}'; valid {plural}: {', '.join(sorted(valid))}")

@@ -41,6 +41,7 @@ class VLLMServer:
     log_path: str | None = None
     startup_timeout_s: float = 300.0
     python: str = sys.executable
+    served_name: str = "agentrt-test"
     proc: subprocess.Popen | None = None
     startup_s: float | None = None
 
@@ -55,7 +56,7 @@ class VLLMServer:
     def command(self) -> list[str]:
         max_len = self.max_model_len or min(8192, (self.num_blocks - 1) * self.block_size)
         cmd = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_dir,
-               "--served-model-name", "agentrt-test", "--dtype", "float32", "--enforce-eager",
+               "--served-model-name", self.served_name, "--dtype", "float32", "--enforce-eager",
                "--block-size", str(self.block_size),
                "--num-gpu-blocks-override", str(self.num_blocks),
                # block 0 is vLLM's null block: one max-length request must fit in the rest

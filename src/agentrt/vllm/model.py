@@ -100,3 +100,13 @@ def build_model(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> Path:
 def default_model_dir(size: str = "tiny") -> Path:
     base = Path(os.environ.get("AGENTRT_CACHE", Path.home() / ".cache" / "agentrt"))
     return base / "models" / f"llama-{size}"
+
+
+def model_info(model_dir: str | Path) -> dict:
+    """Size, parameters and vocabulary of a built model directory (for reports and renderers)."""
+    d = Path(model_dir)
+    info = json.loads((d / "build_info.json").read_text())
+    cfg = json.loads((d / "config.json").read_text())
+    return {"dir": str(d), "size": info.get("size"), "params": info.get("params"),
+            "vocab": int(cfg["vocab_size"]), "hidden": cfg.get("hidden_size"),
+            "layers": cfg.get("num_hidden_layers")}

@@ -1,0 +1,166 @@
+"""Replay a workflow trace against a live OpenAI-compatible engine, closed loop, measured at the client.
+
+- Arrivals come from the simulator's `WorkflowReplay` driven by the wall clock: a workflow's
+  next call is issued when the calls it waits on have finished plus its think time; with a
+  concurrency N at most N workflows run at once. `time_scale` stretches trace timestamps (as in
+  the simulator), `think_scale` scales think times (a live run takes real time).
+- Each call is one streamed `/v1/completions` request whose prompt is token ids (`render.py`),
+  with `max_tokens` = the scaled output length, `ignore_eos` (a random model would stop early),
+  temperature 0, and the call's identity in `vllm_xargs` (`agentrt.vllm.identity`).
+- Measured per call: TTFT (request sent -> first streamed token), end-to-end latency, prompt and
+  cached tokens from the response's usage. Per workflow: first issue -> last finish.
+A failed request is recorded with its error and still releases its workflow's successors, so one
+failure never stalls the replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from agentrt.engine.replay import WorkflowReplay
+from agentrt.enginebench.render import Renderer
+from agentrt.trace.schema import Call
+from agentrt.vllm.identity import xargs_for
+
+if TYPE_CHECKING:
+    import httpx
+
+
+@dataclass(slots=True)
+class CallResult:
+    workflow: str
+    call: int
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    ttft_s: float | None
+    latency_s: float
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    calls: list[CallResult] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+    workflows: int = 0
+    first_issue: float | None = None
+    last_finish: float = 0.0
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for c in self.calls if c.error)
+
+
+def tool_calls(calls: list[Call]) -> set[tuple[str, int]]:
+    """Calls whose successor waits on a tool (a later call lists it in `after` with think time)."""
+    out = set()
+    for c in calls:
+        if c.think_ms > 0:
+            for a in c.after:
+                out.add((c.workflow, a))
+    return out
+
+
+def scale_think(calls: list[Call], think_scale: float) -> list[Call]:
+    if think_scale == 1.0:
+        return calls
+    return [replace(c, think_ms=c.think_ms * think_scale) for c in calls]
+
+
+async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt: list[int],
+               max_tokens: int, tool_call: bool) -> CallResult:
+    import httpx
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+            "vllm_xargs": xargs_for(c.workflow, c.agent, c.tenant, c.call, bool(c.last), tool_call)}
+    t0 = time.perf_counter()
+    ttft = None
+    usage = None
+    try:
+        async with client.stream("POST", url, json=body) as r:
+            if r.status_code != 200:
+                text = (await r.aread()).decode(errors="replace")[:300]
+                raise RuntimeError(f"HTTP {r.status_code}: {text}")
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                msg = json.loads(data)
+                if ttft is None and msg.get("choices"):
+                    ttft = time.perf_counter() - t0
+                if msg.get("usage"):
+                    usage = msg["usage"]
+    except (httpx.HTTPError, RuntimeError, json.JSONDecodeError) as e:
+        return CallResult(c.workflow, c.call, len(prompt), 0, 0, None,
+                          time.perf_counter() - t0, error=repr(e)[:300])
+    lat = time.perf_counter() - t0
+    usage = usage or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return CallResult(c.workflow, c.call, int(usage.get("prompt_tokens", len(prompt))),
+                      int(details.get("cached_tokens") or 0), int(usage.get("completion_tokens", 0)),
+                      ttft, lat)
+
+
+async def replay(base_url: str, model: str, calls: list[Call], renderer: Renderer,
+                 concurrency: int | None, time_scale: float = 1.0, think_scale: float = 1.0,
+                 progress: Callable[[int], None] | None = None,
+                 client: httpx.AsyncClient | None = None) -> ReplayResult:
+    import httpx
+    tools = tool_calls(calls)
+    calls = scale_think(calls, think_scale)
+    rp = WorkflowReplay(iter(calls), concurrency, time_scale)
+    res = ReplayResult()
+    url = base_url + "/v1/completions"
+    own = client is None
+    if own:
+        client = httpx.AsyncClient(timeout=httpx.Timeout(1800.0, connect=30.0),
+                                   limits=httpx.Limits(max_connections=1024))
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    pending: dict[asyncio.Task, Call] = {}
+    try:
+        while True:
+            now = loop.time() - start
+            for _, c in rp.pop_arrivals(now):
+                if res.first_issue is None:
+                    res.first_issue = now
+                task = asyncio.ensure_future(_one(client, url, model, c, renderer.render(c),
+                                                  renderer.output_tokens(c),
+                                                  (c.workflow, c.call) in tools))
+                pending[task] = c
+            nxt = rp.next_arrival()
+            if not pending and nxt is None:
+                break
+            timeout = None if nxt is None else max(0.0, nxt - (loop.time() - start))
+            if pending:
+                done, _ = await asyncio.wait(pending, timeout=timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            else:
+                await asyncio.sleep(timeout or 0.0)
+                done = set()
+            for task in done:
+                c = pending.pop(task)
+                r = task.result()
+                fin = loop.time() - start
+                res.calls.append(r)
+                res.last_finish = max(res.last_finish, fin)
+                _, ended = rp.finish(c, fin)
+                if ended is not None:
+                    res.workflows += 1
+                    first = ended.first_arrival if ended.first_arrival is not None else fin
+                    res.e2e.append(fin - first)
+                if progress is not None:
+                    progress(1)
+    finally:
+        for task in pending:
+            task.cancel()
+        if own:
+            await client.aclose()
+    return res

@@ -1,0 +1,264 @@
+"""`agentrt bench --engine vllm`: replay one trace against a fresh vLLM server per policy.
+
+For each policy (stock vLLM, i.e. `lru`, always runs first as the baseline) a server is started
+with the local model (`agentrt.vllm.model`, built once, no downloads), the agentrt connector
+configured with the policy, and an exact KV pool (`vllm_blocks` x `block_size` tokens), so the
+pool is small enough to evict on purpose. The same calls (the trace's evaluation split, cut to
+`max_calls` whole workflows) are replayed closed loop (`client.py`), then the server is stopped.
+
+Per policy, in the simulator's JSON schema (`bench/runner.py`):
+- hit_rate: the engine's own prefix-cache counters, hits / queries, deltas over the replay;
+  host_hit_rate: the external (connector) hits / queries; prefill_tokens: what the engine
+  computed (prompt tokens - cached tokens reported per response);
+- ttft and e2e: measured at the client; throughput: prompt plus generated tokens per second
+  from the first issue to the last finish.
+Offline bounds (`belady`, `infinite`) are not engines: they are skipped here (use `--engine sim`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from agentrt.bench.runner import BenchOptions, plan_split
+from agentrt.bench.source import TraceSource
+from agentrt.enginebench import prom
+from agentrt.enginebench.client import ReplayResult, replay
+from agentrt.enginebench.render import Renderer
+from agentrt.errors import AgentrtError
+from agentrt.policies.registry import BOUNDS, check_names, policy_class
+from agentrt.trace.schema import Call
+
+
+@dataclass(slots=True)
+class EngineBenchOptions:
+    model_size: str = "tiny"
+    model_dir: str | None = None
+    vllm_blocks: int = 256
+    block_size: int = 32
+    host_blocks: int = 0
+    scale: float = 0.25
+    time_scale: float = 1.0            # stretches trace timestamps, as in the simulator
+    think_scale: float = 1.0           # scales think times (live runs take real time)
+    max_calls: int | None = None
+    concurrency: int | None = None
+    seed: int = 0
+    train_fraction: float | None = None
+    train_path: str | None = None
+    policy_options: dict = field(default_factory=dict)
+    log_dir: str | None = None
+    reserved_cpus: int | None = None   # VLLM_CPU_NUM_OF_RESERVED_CPU for the server (None: vLLM's default)
+    startup_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.vllm_blocks < 8:
+            raise AgentrtError(f"--vllm-blocks must be >= 8, got {self.vllm_blocks}")
+        if self.block_size <= 0 or self.block_size % 16:
+            raise AgentrtError(f"engine block size must be a multiple of 16, got {self.block_size}")
+        if self.scale <= 0:
+            raise AgentrtError(f"--scale must be > 0, got {self.scale}")
+        if self.time_scale <= 0:
+            raise AgentrtError(f"--time-scale must be > 0, got {self.time_scale}")
+        if self.think_scale < 0:
+            raise AgentrtError(f"--think-scale must be >= 0, got {self.think_scale}")
+        if self.max_calls is not None and self.max_calls <= 0:
+            raise AgentrtError(f"--max-calls must be > 0, got {self.max_calls}")
+
+    @property
+    def max_model_len(self) -> int:
+        return min(8192, (self.vllm_blocks - 1) * self.block_size)
+
+
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+def cut_calls(calls, max_calls: int | None) -> list[Call]:
+    """Whole workflows, in order of first appearance, while the total stays within `max_calls`."""
+    calls = list(calls)
+    if max_calls is None or len(calls) <= max_calls:
+        return calls
+    size: dict[str, int] = {}
+    for c in calls:
+        size[c.workflow] = size.get(c.workflow, 0) + 1
+    keep, total = set(), 0
+    for wf, n in size.items():
+        if total + n > max_calls:
+            if not keep:
+                raise AgentrtError(f"--max-calls {max_calls} is below the first workflow's {n} calls")
+            break
+        keep.add(wf)
+        total += n
+    return [c for c in calls if c.workflow in keep]
+
+
+def _p99(xs: list[float]) -> float | None:
+    return float(np.percentile(xs, 99)) if xs else None
+
+
+def _mean(xs: list[float]) -> float | None:
+    return float(np.mean(xs)) if xs else None
+
+
+def summarize(res: ReplayResult, before: dict, after: dict, conn: dict | None) -> dict:
+    d = prom.delta(after, before)
+    q = d[prom.QUERIES] or 1.0
+    ok = [c for c in res.calls if c.error is None]
+    prompt = sum(c.prompt_tokens for c in ok)
+    cached = sum(c.cached_tokens for c in ok)
+    out_tok = sum(c.output_tokens for c in ok)
+    span = res.last_finish - (res.first_issue or 0.0)
+    ttft = [c.ttft_s for c in ok if c.ttft_s is not None]
+    return {
+        "hit_rate": d[prom.HITS] / q,
+        "host_hit_rate": d[prom.EXT_HITS] / q,
+        "prefill_tokens": prompt - cached,
+        "ttft_mean_s": _mean(ttft), "ttft_p99_s": _p99(ttft),
+        "e2e_mean_s": _mean(res.e2e), "e2e_p99_s": _p99(res.e2e),
+        "throughput_tok_s": (prompt + out_tok) / span if span > 0 else 0.0,
+        "calls": len(res.calls), "workflows": res.workflows, "errors": res.errors,
+        "prompt_tokens": prompt, "cached_tokens": cached, "output_tokens": out_tok,
+        "client_hit_rate": cached / prompt if prompt else 0.0,
+        "latency_mean_s": _mean([c.latency_s for c in ok]),
+        "makespan_s": span,
+        "engine_counters": d,
+        "connector": conn,
+    }
+
+
+def _connector_stats(path: Path) -> dict | None:
+    from agentrt.vllm.eventlog import read_events
+    stats = read_events(str(path), "stats")
+    errors = read_events(str(path), "error")
+    if not stats and not errors:
+        return None
+    out = dict(stats[-1]) if stats else {}
+    for k in ("t", "pid", "role", "event"):
+        out.pop(k, None)
+    out["errors"] = [e.get("error") or e.get("unknown_keys") for e in errors]
+    return out
+
+
+async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBenchOptions,
+                   progress) -> tuple[ReplayResult, dict, dict]:
+    import httpx
+    async with httpx.AsyncClient(timeout=httpx.Timeout(1800.0, connect=30.0),
+                                 limits=httpx.Limits(max_connections=1024)) as client:
+        # one tiny request with tokens no trace call uses: first-request overheads off the clock
+        warm = {"model": srv.served_name, "prompt": [renderer.low] * 8, "max_tokens": 1}
+        (await client.post(srv.base_url + "/v1/completions", json=warm)).raise_for_status()
+        before = await prom.scrape(client, srv.base_url)
+        conc = opts.concurrency
+        res = await replay(srv.base_url, srv.served_name, calls, renderer, conc, opts.time_scale,
+                           opts.think_scale, progress, client)
+        after = await prom.scrape(client, srv.base_url)
+    return res, before, after
+
+
+def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBenchOptions,
+                     progress: ProgressFactory | None = None, log=print) -> dict:
+    from agentrt.vllm.config import kv_transfer_config
+    from agentrt.vllm.launch import VLLMServer
+    from agentrt.vllm.model import build_model, default_model_dir, model_info
+
+    check_names(policies)
+    skipped = [p for p in policies if p in BOUNDS]
+    real = [p for p in policies if p not in BOUNDS]
+    if skipped:
+        log(f"note: {', '.join(skipped)} are offline bounds, not engines: skipped (see --engine sim)")
+    if "lru" not in real:
+        real = ["lru"] + real
+    split = plan_split(source, real, BenchOptions(seed=opts.seed, train_fraction=opts.train_fraction,
+                                                  train_path=opts.train_path))
+    conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
+    calls = cut_calls(source.eval_calls(), opts.max_calls)
+    if not calls:
+        raise AgentrtError("no calls to replay (is the whole trace held back for training?)")
+    model_dir = build_model(opts.model_dir or default_model_dir(opts.model_size), opts.model_size)
+    info = model_info(model_dir)
+    tmp = tempfile.TemporaryDirectory(prefix="agentrt-enginebench-")
+    log_dir = Path(opts.log_dir or tmp.name)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    from agentrt.trace.writer import write_trace
+    # what was replayed, for the simulator side by side: bench --trace replayed.jsonl --train train.jsonl
+    write_trace(log_dir / "replayed.jsonl", source.header, calls)
+    train_trace = opts.train_path
+    if split and not train_trace:
+        train_trace = str(log_dir / "train.jsonl")
+        write_trace(train_trace, source.header, source.train_calls())
+    results: dict[str, dict] = {}
+    startup: dict[str, float] = {}
+    env = {} if opts.reserved_cpus is None else {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(opts.reserved_cpus)}
+    clipped = 0
+    try:
+        for name in real:
+            renderer = Renderer(info["vocab"], source.header.block_size, opts.scale, opts.seed,
+                                max_model_len=opts.max_model_len)
+            ev_path = log_dir / f"connector-{name}.jsonl"
+            ev_path.unlink(missing_ok=True)
+            kv = kv_transfer_config(name, options=opts.policy_options.get(name) or None,
+                                    event_log=str(ev_path), host_blocks=opts.host_blocks or None,
+                                    train_trace=train_trace if _needs_training(name) else None)
+            srv = VLLMServer(str(model_dir), block_size=opts.block_size, num_blocks=opts.vllm_blocks,
+                             kv_connector=kv, extra_env=env, log_path=str(log_dir / f"vllm-{name}.log"),
+                             startup_timeout_s=opts.startup_timeout_s)
+            srv.start()
+            startup[name] = round(srv.startup_s or 0.0, 1)
+            try:
+                cb = progress(name, len(calls)) if progress else None
+                res, before, after = asyncio.run(_run_one(srv, calls, renderer, opts, cb))
+            finally:
+                srv.stop()
+            results[name] = summarize(res, before, after, _connector_stats(ev_path))
+            clipped = renderer.clipped
+    finally:
+        if opts.log_dir is None:
+            tmp.cleanup()
+    first = next(iter(results.values()))
+    tpb = max(1, round(source.header.block_size * opts.scale))
+    engine = {
+        "engine": "vllm", "vllm_version": _vllm_version(), "model": info, "dtype": "float32",
+        "block_size": opts.block_size, "num_gpu_blocks": opts.vllm_blocks,
+        "kv_pool_tokens": (opts.vllm_blocks - 1) * opts.block_size,
+        "max_model_len": opts.max_model_len, "enforce_eager": True, "prefix_caching": True,
+        "scale": opts.scale, "tokens_per_trace_block": tpb, "time_scale": opts.time_scale,
+        "think_scale": opts.think_scale,
+        "clipped_calls": clipped, "startup_s": startup, "skipped": skipped,
+        # the simulator at the same capacity: --gpu-blocks this many trace blocks
+        "sim_gpu_blocks": (opts.vllm_blocks - 1) * opts.block_size // tpb,
+        "logs": opts.log_dir,
+    }
+    config = asdict(opts)
+    config.update(preset=f"vllm {info['size']} model", gpu_blocks=opts.vllm_blocks,
+                  block_size=opts.block_size, trace_block_size=source.header.block_size,
+                  concurrency=conc, train=split, engine=engine)
+    ordered = {p: results[p] for p in real}
+    return {"trace": source.label, "calls": first["calls"], "workflows": first["workflows"],
+            "config": config, "results": ordered, "lru_reference": None}
+
+
+def _needs_training(name: str) -> bool:
+    cls = policy_class(name)
+    return cls is not None and bool(getattr(cls, "needs_training", False))
+
+
+def _vllm_version() -> str | None:
+    try:
+        from importlib.metadata import version
+        return version("vllm-cpu")
+    except Exception:  # noqa: BLE001
+        try:
+            from importlib.metadata import version
+            return version("vllm")
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def write_json(doc: dict, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=2))

@@ -1,0 +1,97 @@
+"""The connector's settings (`kv_connector_extra_config`) and the `--kv-transfer-config` line.
+
+    --kv-transfer-config '{"kv_connector": "AgentRTConnector",
+                           "kv_connector_module_path": "agentrt.vllm.connector",
+                           "kv_role": "kv_both",
+                           "kv_connector_extra_config": {"policy": "cachesage", ...}}'
+
+Keys of `kv_connector_extra_config` (all optional):
+    policy          policy name from `agentrt policies` (default "lru": stock vLLM, nothing reordered)
+    options         keyword options of the policy, e.g. {"lookahead": 4}
+    predictor       path of a trained predictor (pbkv-he, pbkv): passed as the policy's `predictor`
+    plugins         modules to import first (they may register policies by name)
+    train_trace     trace file a policy that learns offline (kvflow, pbkv-he) trains on at start-up
+    reorder         false: observe only (events and logs), leave vLLM's eviction order alone
+    host_blocks     host-memory tier size in blocks (0: none); see docs/vllm.md
+    prefetch_blocks blocks a policy's prefetches may load per scheduler step (default 64)
+    event_log       path of a JSON-lines log of what the connector saw (identity, hits, evictions)
+    anchor_tokens   tokens of a prompt's anchor for agent inference (default 256)
+    silent_after_s  a workflow with nothing in flight for this long is ended (default 600)
+    fail_after      test hook: the hosted runtime raises after this many events
+Unknown keys are an error in the connector's log (reported once) and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+
+CONNECTOR_CLASS = "AgentRTConnector"
+CONNECTOR_MODULE = "agentrt.vllm.connector"
+
+
+@dataclass(slots=True)
+class ConnectorConfig:
+    policy: str = "lru"
+    options: dict = field(default_factory=dict)
+    predictor: str | None = None
+    plugins: list = field(default_factory=list)
+    train_trace: str | None = None
+    reorder: bool = True
+    host_blocks: int = 0
+    prefetch_blocks: int = 64
+    event_log: str | None = None
+    anchor_tokens: int = 256
+    silent_after_s: float = 600.0
+    fail_after: int | None = None
+
+    @classmethod
+    def from_extra(cls, extra: dict | None) -> tuple["ConnectorConfig", list[str]]:
+        """(config, unknown keys). Values of the wrong type raise ValueError."""
+        extra = dict(extra or {})
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(k for k in extra if k not in names)
+        cfg = cls(**{k: v for k, v in extra.items() if k in names})
+        if not isinstance(cfg.options, dict):
+            raise ValueError(f"options must be an object, got {cfg.options!r}")
+        if isinstance(cfg.plugins, str):
+            cfg.plugins = [cfg.plugins]
+        cfg.host_blocks = int(cfg.host_blocks)
+        if cfg.host_blocks < 0:
+            raise ValueError(f"host_blocks must be >= 0, got {cfg.host_blocks}")
+        cfg.prefetch_blocks = int(cfg.prefetch_blocks)
+        cfg.anchor_tokens = int(cfg.anchor_tokens)
+        cfg.silent_after_s = float(cfg.silent_after_s)
+        return cfg, unknown
+
+    @property
+    def stock(self) -> bool:
+        """Nothing to do to vLLM's order: plain LRU, or observe-only."""
+        return self.policy == "lru" or not self.reorder
+
+    def policy_options(self) -> dict:
+        opts = dict(self.options)
+        if self.predictor and "predictor" not in opts:
+            opts["predictor"] = self.predictor
+        return opts
+
+
+def kv_transfer_config(policy: str = "lru", **extra) -> dict:
+    """The `--kv-transfer-config` object that loads the connector with `policy` and `extra` keys.
+    With a host tier, a block whose load failed is recomputed (vLLM's default fails the request)."""
+    from agentrt.policies.registry import BOUNDS, check_names
+    check_names([policy])
+    if policy in BOUNDS:
+        raise ValueError(f"'{policy}' is an offline bound, not a policy an engine can run")
+    body = {"policy": policy, **{k: v for k, v in extra.items() if v is not None}}
+    cfg, _ = ConnectorConfig.from_extra(body)  # fail here, not inside the engine
+    out = {"kv_connector": CONNECTOR_CLASS, "kv_connector_module_path": CONNECTOR_MODULE,
+           "kv_role": "kv_both", "kv_connector_extra_config": body}
+    if cfg.host_blocks:
+        out["kv_load_failure_policy"] = "recompute"
+    return out
+
+
+def kv_transfer_arg(policy: str = "lru", **extra) -> str:
+    """The same as a command-line value."""
+    return json.dumps(kv_transfer_config(policy, **extra))

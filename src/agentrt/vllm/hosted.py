@@ -1,0 +1,345 @@
+"""The agentrt runtime hosted in vLLM's scheduler process: vLLM's request lifecycle in, eviction order out.
+
+What it maps (the simulator, `engine/simulator.py`, is the reference for which events go when):
+- a request added to the scheduler -> `CallArrived` (identity from `identity.py`; the call's
+  `hash_ids` are its block hashes as ints);
+- its first prefix lookup -> `CallAdmitted` with the local hit;
+- `request_finished` -> its cached blocks enter the mirror (`mirror.py`) and are touched,
+  `CallFinished` with the deepest one (the runtime tags the path with the call's thread), then
+  `WorkflowEnded` if the call was its workflow's last;
+- vLLM reusing a mirrored block -> the node leaves the mirror, `BlocksEvicted` (batched per step).
+  Evictions are seen through the block pool's reuse watchers (`BlockPool._reuse_watchers`, the
+  hook vLLM's `unpin_blocks` uses), which fire as a block is handed out, before its hash is
+  dropped; without them the mirror is diffed against the pool every step.
+- Before allocations (a waiting request's lookup) and after every schedule step the free queue
+  is put in policy order (`reorder.py`) when the epoch changed or blocks were freed.
+- With a host tier (`host_blocks` > 0, `hosttier.py`): evicted blocks are demoted to host slots,
+  a lookup reports the host blocks that continue a request's GPU hit as an external hit, and
+  `Prefetch` actions load host blocks back (`act.py`); each step's copies go to the worker in
+  the step's metadata (`end_step`).
+Failure: the first exception from the runtime or the policy is logged once, the runtime is
+switched off and vLLM carries on with its own LRU order. Nothing here raises into vLLM.
+Time (`now`) is seconds of `time.monotonic()` since the connector started.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+
+from agentrt.cache.block import HOST
+from agentrt.runtime import events as ev
+from agentrt.runtime.actions import Prefetch, WarmUp
+from agentrt.runtime.runtime import AgentRuntime
+from agentrt.vllm import act
+from agentrt.vllm.config import ConnectorConfig
+from agentrt.vllm.eventlog import EventLog
+from agentrt.vllm.hosttier import GROUP0, HostTier, StepPlan
+from agentrt.vllm.identity import Identity, request_identity
+from agentrt.vllm.mirror import Mirror, hash_int
+from agentrt.vllm.reorder import QueueOrderer
+
+log = logging.getLogger("agentrt.vllm")
+
+
+class InjectedFault(RuntimeError):
+    """Raised on purpose by the `fail_after` test hook."""
+
+
+def _one_torch_thread() -> None:
+    """A policy's predictor (torch) runs in the scheduler process, beside vLLM's workers: one
+    intra-op thread keeps it from competing with their compute threads for the cores."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            torch.set_num_threads(1)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class HostedRuntime:
+    def __init__(self, cfg: ConnectorConfig, block_size: int, elog: EventLog,
+                 separate_workers: bool = False) -> None:
+        from agentrt.policies.registry import make_policy
+        if separate_workers:
+            _one_torch_thread()
+        for mod in cfg.plugins:
+            importlib.import_module(mod)
+        self.cfg = cfg
+        self.block_size = block_size
+        self.elog = elog
+        self.policy = make_policy(cfg.policy, **cfg.policy_options())
+        if cfg.train_trace and self.policy.needs_training:
+            from agentrt.trace.reader import TraceReader
+            reader = TraceReader(cfg.train_trace)
+            self.policy.train(iter(reader), reader.header.block_size)
+        self.runtime = AgentRuntime(self.policy, anchor_tokens=cfg.anchor_tokens,
+                                    silent_after_s=cfg.silent_after_s)
+        self.mirror = Mirror()
+        self.runtime.touch_clock = lambda: self.mirror.clock
+        self.reorder = not cfg.stock
+        self.failed = False
+        self.pool = None
+        self.orderer: QueueOrderer | None = None
+        self._watch = False
+        self._reused: list[int] = []
+        self._dirty = True
+        self._last_epoch: object = None
+        self._reqs: dict[str, tuple[ev.CallInfo, Identity]] = {}
+        self._waiting: set[str] = set()
+        self._rid = 0
+        self._t0 = time.monotonic()
+        self._events = 0
+        self.host = HostTier(cfg.host_blocks, self._score) if cfg.host_blocks > 0 else None
+        self._plans: dict[str, tuple[int, list[bytes]]] = {}   # request -> (first block, host keys)
+        self.counts = {"arrived": 0, "finished": 0, "evicted": 0, "demoted": 0, "host_hit_blocks": 0,
+                       "warmup_requests": 0, "warmup_actions": 0, "prefetch_actions": 0,
+                       "prefetched_blocks": 0, "workflows_ended": 0}
+
+    # ------------------------------------------------------------------ plumbing
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _observe(self, e) -> None:
+        self._events += 1
+        fa = self.cfg.fail_after
+        if fa is not None and self._events > fa:
+            raise InjectedFault(f"fail_after={fa}: injected failure at event {self._events}")
+        self.runtime.observe(e)
+
+    def _score(self, node):
+        fa = self.cfg.fail_after
+        if fa is not None and self._events > fa:
+            raise InjectedFault(f"fail_after={fa}: injected failure in score")
+        return self.runtime.score(node)
+
+    def fail(self, where: str, exc: BaseException) -> None:
+        """Switch the runtime off for good; vLLM keeps its own (LRU) order from here on."""
+        if self.failed:
+            return
+        self.failed = True
+        self.reorder = False
+        log.exception("agentrt: %s failed (%r); the runtime is off, vLLM continues with LRU",
+                      where, exc, exc_info=exc)
+        self.elog.write("error", where=where, error=repr(exc), disabled=True)
+        try:
+            if self._watch:
+                w = self.pool._reuse_watchers
+                for bid in [b for b, cb in w.items() if cb == self._on_reuse]:
+                    del w[bid]
+        except Exception:  # noqa: BLE001 - best effort cleanup
+            pass
+
+    def bind_pool(self, pool) -> None:
+        self.pool = pool
+        self._watch = isinstance(getattr(pool, "_reuse_watchers", None), dict)
+        self.orderer = QueueOrderer(pool.free_block_queue, self._score, self.mirror.by_block)
+        if not pool.enable_caching:
+            self.reorder = False
+        if self.host is not None and not (self._watch and pool.enable_caching):
+            log.warning("agentrt: the host tier needs prefix caching and vLLM 0.32's reuse watchers; off")
+            self.host = None
+        self.elog.write("bind_pool", num_blocks=pool.num_gpu_blocks, caching=pool.enable_caching,
+                        watchers=self._watch, policy=self.cfg.policy, reorder=self.reorder,
+                        host_blocks=self.host.capacity if self.host is not None else 0)
+
+    def watch(self, block_ids: list[int]) -> None:
+        """Be told when vLLM hands these (mirrored) blocks out again."""
+        if self._watch and block_ids:
+            w = self.pool._reuse_watchers
+            for b in block_ids:
+                w.setdefault(b, self._on_reuse)
+
+    # ------------------------------------------------------------------ request lifecycle
+    def arrived(self, request) -> None:
+        idt = request_identity(request)
+        self._rid += 1
+        hashes = [hash_int(h) for h in request.block_hashes]
+        wf = self.runtime.workflows.get(idt.workflow)
+        index = idt.call if idt.call is not None else (
+            sum(t.calls for t in wf.threads.values()) if wf is not None else 0)
+        info = ev.CallInfo(rid=self._rid, workflow=idt.workflow, agent=idt.agent, tenant=idt.tenant,
+                           index=index, hash_ids=hashes, input_length=request.num_prompt_tokens,
+                           output_length=int(request.max_tokens or 0), block_size=self.block_size,
+                           warmup=idt.warmup, agent_explicit=idt.agent is not None)
+        self._reqs[request.request_id] = (info, idt)
+        self._waiting.add(request.request_id)
+        self.counts["warmup_requests" if idt.warmup else "arrived"] += 1
+        self._observe(ev.CallArrived(self.now(), info))
+        self.elog.write("arrival", request=request.request_id, session_id=request.session_id,
+                        workflow=idt.workflow, agent=info.agent, agent_explicit=info.agent_explicit,
+                        tenant=idt.tenant, call=index, end=idt.end, explicit=idt.explicit,
+                        warmup=idt.warmup,
+                        prompt_tokens=request.num_prompt_tokens, blocks=len(hashes))
+
+    def lookup(self, request, local_tokens: int) -> int:
+        """The scheduler looks up a waiting request's prefix; its allocation follows. Returns the
+        tokens the host tier can add to the local hit (whole blocks, never the last token)."""
+        entry = self._reqs.get(request.request_id)
+        if entry is not None and entry[0].extra.get("admitted") is None:
+            info = entry[0]
+            info.extra["admitted"] = local_tokens
+            n = local_tokens // self.block_size
+            node = self.mirror.lookup(info.hash_ids[:n]) or self.mirror.root
+            self._observe(ev.CallAdmitted(self.now(), info, node, n, 0))
+            self.elog.write("lookup", request=request.request_id, workflow=info.workflow,
+                            local_hit_tokens=local_tokens, prompt_tokens=info.input_length)
+        self.before_alloc()
+        if self.host is None or not len(self.host):
+            return 0
+        bs = self.block_size
+        start = local_tokens // bs
+        hashes = request.block_hashes
+        limit = (request.num_tokens - 1) // bs - start
+        keys = []
+        slot_of = self.host.slot_of
+        for i in range(start, min(len(hashes), start + max(0, limit))):
+            key = bytes(hashes[i]) + GROUP0
+            if key not in slot_of:
+                break
+            keys.append(key)
+        if keys:
+            self._plans[request.request_id] = (start, keys)
+        else:
+            self._plans.pop(request.request_id, None)
+        return len(keys) * bs
+
+    def allocated(self, request, blocks=None, num_external_tokens: int = 0) -> None:
+        self._waiting.discard(request.request_id)
+        plan = self._plans.pop(request.request_id, None)
+        if plan is None or num_external_tokens <= 0 or self.host is None:
+            return
+        start, keys = plan
+        n = num_external_tokens // self.block_size
+        ids = blocks.get_block_ids()[0][start:start + n]
+        for key, bid in zip(keys, ids):
+            slot, node = self.host.take(key)
+            self.host.load(slot, bid)
+            self.mirror.promote(node)
+        self.counts["host_hit_blocks"] += len(ids)
+
+    def finished(self, request, block_ids: list[int]) -> None:
+        self._waiting.discard(request.request_id)
+        entry = self._reqs.pop(request.request_id, None)
+        self._plans.pop(request.request_id, None)
+        self._flush_evictions(demote=False)
+        pool = self.pool
+        if entry is None or pool is None:
+            return
+        info, idt = entry
+        node, fresh = self.mirror.add_path([pool.blocks[b] for b in block_ids], idt.tenant)
+        self.watch(fresh)
+        self._dirty = True
+        self.counts["finished"] += 1
+        now = self.now()
+        self._observe(ev.CallFinished(now, info, node, idt.tool_call))
+        if idt.end and not idt.warmup:
+            self.counts["workflows_ended"] += 1
+            self._observe(ev.WorkflowEnded(now, info.workflow, info.tenant))
+        self.elog.write("finish", request=request.request_id, workflow=info.workflow,
+                        agent=info.agent, blocks=len(block_ids), mirrored=len(self.mirror),
+                        end=idt.end, status=str(getattr(request, "status", "")))
+
+    # ------------------------------------------------------------------ evictions
+    def _on_reuse(self, block) -> None:
+        # runs inside vLLM's allocation: record only
+        self._reused.append(block.block_id)
+
+    def _flush_evictions(self, demote: bool = True) -> None:
+        """Mirror this step's evictions. Only evictions flushed by the step that made them may be
+        demoted: the copy must reach the worker before the step's forward reuses the block."""
+        m = self.mirror
+        released = []
+        if self._watch:
+            if not self._reused:
+                return
+            for bid in self._reused:
+                node = m.release_block(bid)
+                if node is not None:
+                    released.append((node, bid))
+            self._reused.clear()
+        else:
+            blocks = self.pool.blocks
+            for bid, node in list(m.by_block.items()):
+                if blocks[bid].block_hash != node.key:
+                    n = m.release_block(bid)
+                    if n is not None:
+                        released.append((n, bid))
+        if not released:
+            return
+        if self.host is not None and demote:
+            gone = self.host.demote(released, m)
+            demoted = [n for n, _ in released if n.tier == HOST]
+        else:
+            for n, _ in released:
+                m.drop(n)
+            gone, demoted = [n for n, _ in released], []
+        now = self.now()
+        if gone:
+            self.counts["evicted"] += len(gone)
+            self._observe(ev.BlocksEvicted(now, gone, False))
+        if demoted:
+            self.counts["demoted"] += len(demoted)
+            self._observe(ev.BlocksEvicted(now, demoted, True))
+
+    def reset(self) -> None:
+        """vLLM reset its prefix cache."""
+        self._reused.clear()
+        self._plans.clear()
+        if self.host is not None:
+            self.host.clear()
+        gone = self.mirror.clear()
+        if gone:
+            self._observe(ev.BlocksEvicted(self.now(), gone, False))
+
+    # ------------------------------------------------------------------ ordering and actions
+    def before_alloc(self) -> None:
+        if not self.reorder or self.orderer is None:
+            return
+        epoch = self.runtime.epoch
+        if not self._dirty and epoch == self._last_epoch:
+            return
+        self.orderer.order(epoch)
+        self._dirty = False
+        self._last_epoch = epoch
+
+    def step(self, scheduler_output) -> None:
+        """After every schedule step: evictions, the runtime's actions, the queue order."""
+        if self.pool is None:
+            return
+        self._flush_evictions()
+        if self.policy.acts:
+            self._act(scheduler_output)
+            self._flush_evictions()          # what prefetches evicted
+        self.before_alloc()
+
+    def end_step(self) -> StepPlan | None:
+        """This step's host copies for the worker (also after a failure: committed loads must run)."""
+        return self.host.end_step() if self.host is not None else None
+
+    def _act(self, so) -> None:
+        view = act.EngineView(self, so)
+        for a in self.runtime.act(view.now, view):
+            if type(a) is WarmUp:
+                self.counts["warmup_actions"] += 1   # the server's job: the connector cannot send requests
+            elif type(a) is Prefetch:
+                self.counts["prefetch_actions"] += 1
+                if self.host is not None:
+                    self.counts["prefetched_blocks"] += act.prefetch(self, a)
+
+    def stats(self) -> dict:
+        out = dict(self.counts, mirrored=len(self.mirror), failed=self.failed,
+                   policy=self.cfg.policy, reorder=self.reorder, events=self._events,
+                   live_workflows=len(self.runtime.workflows))
+        if self.orderer is not None:
+            st = self.orderer.stats
+            out.update(reorders=st.runs, relinks=st.relinks, moved=st.moved, scored=st.scored,
+                       reorder_s=round(st.seconds, 4), reorder_max_s=round(st.max_seconds, 5))
+        if self.host is not None:
+            out.update(host_resident=len(self.host), host_saved=self.host.stats.saved,
+                       host_loaded=self.host.stats.loaded, host_dropped=self.host.stats.dropped,
+                       host_skipped=self.host.stats.skipped)
+        return out
+

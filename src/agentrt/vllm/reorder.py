@@ -1,0 +1,149 @@
+"""Put vLLM's free block queue in policy order: the block the policy values least at the head.
+
+vLLM evicts by popping the head of `FreeKVCacheBlockQueue` (a doubly linked list through the
+blocks). The queue is kept as: blocks without a hash first (vLLM reuses them first too; they hold
+nothing), then hashed blocks the mirror does not know (e.g. freed by a preemption), in their
+current order, then mirrored blocks sorted by `score(node)`, lowest first. The sort is stable, so
+equal scores keep the queue's order, which is vLLM's LRU order.
+
+Cost bounds
+- `order()` runs only when the policy's epoch changed or blocks were freed since the last time
+  (the caller decides; removals from a sorted queue leave it sorted).
+- Scores are cached per (block, touch) within one policy epoch, so between epoch bumps only newly
+  freed blocks are scored; and when they all sort after the queue's sorted tail (the common case
+  between epoch bumps: freshly freed blocks are the most recently used), only they are visited,
+  walking back from the tail: O(new blocks), not O(queue).
+- Only the suffix of the queue from the first changed position is relinked; when newly freed
+  blocks already sort last (the common case under LRU-like scores) nothing moves.
+All scoring happens before the queue is touched, so a failing policy leaves the queue as it was.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class ReorderStats:
+    runs: int = 0            # times the queue was examined
+    relinks: int = 0         # times blocks were moved
+    moved: int = 0           # blocks relinked, in total
+    scored: int = 0          # score() calls
+    seconds: float = 0.0     # time spent, in total
+    max_seconds: float = 0.0
+
+
+class QueueOrderer:
+    def __init__(self, queue, score: Callable, by_block: dict) -> None:
+        self.queue = queue
+        self.score = score
+        self.by_block = by_block
+        self._epoch: object = None
+        self._keys: dict[int, tuple[int, object]] = {}   # block_id -> (last_touch, key)
+        self._tail: tuple | None = None    # (block, hash, key) of the sorted queue's last block
+        self.stats = ReorderStats()
+
+    def _key(self, node, bid: int):
+        hit = self._keys.get(bid)
+        if hit is not None and hit[0] == node.last_touch:
+            return hit[1]
+        k = self.score(node)
+        self._keys[bid] = (node.last_touch, k)
+        self.stats.scored += 1
+        return k
+
+    def order(self, epoch) -> int:
+        """Sort the queue for policy `epoch`; returns the number of blocks relinked."""
+        t0 = time.perf_counter()
+        try:
+            return self._order(epoch)
+        finally:
+            dt = time.perf_counter() - t0
+            st = self.stats
+            st.runs += 1
+            st.seconds += dt
+            if dt > st.max_seconds:
+                st.max_seconds = dt
+
+    def _order(self, epoch) -> int:
+        if epoch != self._epoch:
+            self._keys = {}
+            self._epoch = epoch
+            self._tail = None
+        elif self._tail is not None and self._appended_in_order():
+            return 0
+        q = self.queue
+        blocks = q.get_all_free_blocks()
+        n = len(blocks)
+        by_block = self.by_block
+        head: list = []          # unhashed, then unknown hashed, in queue order
+        mirrored: list = []
+        keys: list = []
+        n_unhashed = 0
+        for b in blocks:
+            h = b.block_hash
+            if h is None:
+                head.insert(n_unhashed, b)
+                n_unhashed += 1
+                continue
+            node = by_block.get(b.block_id)
+            if node is None or node.key != h:
+                head.append(b)
+            else:
+                mirrored.append(b)
+                keys.append(self._key(node, b.block_id))
+        idx = sorted(range(len(mirrored)), key=keys.__getitem__)
+        new = head + [mirrored[i] for i in idx]
+        self._tail = None
+        if idx:
+            last = mirrored[idx[-1]]
+            self._tail = (last, last.block_hash, keys[idx[-1]])
+        first = 0
+        while first < n and blocks[first] is new[first]:
+            first += 1
+        if first == n:
+            return 0
+        if q.num_free_blocks != n:
+            raise RuntimeError("free block queue changed while it was being ordered")
+        moved = new[first:]
+        for b in moved:
+            q.remove(b)
+        q.append_n(moved)
+        self.stats.relinks += 1
+        self.stats.moved += len(moved)
+        if len(self._keys) > 4 * max(n, 1024):   # keys of blocks long gone
+            self._keys = {}
+        return len(moved)
+
+    def _appended_in_order(self, limit: int = 4096) -> bool:
+        """Same epoch: are the blocks freed since the last order all mirrored and already in
+        order after the old sorted tail? (Removals never unsort the queue.)"""
+        tail_block, tail_hash, tail_key = self._tail
+        node = self.by_block.get(tail_block.block_id)
+        if (tail_block.ref_cnt != 0 or tail_block.block_hash != tail_hash or node is None
+                or self._keys.get(tail_block.block_id, (None,))[0] != node.last_touch):
+            return False            # the old tail left the queue (or came back): start over
+        head = self.queue.fake_free_list_head
+        fresh = []
+        b = self.queue.fake_free_list_tail.prev_free_block
+        while b is not tail_block:
+            if b is None or b is head or len(fresh) >= limit:
+                return False
+            fresh.append(b)
+            b = b.prev_free_block
+        prev = tail_key
+        by_block = self.by_block
+        for b in reversed(fresh):
+            node = by_block.get(b.block_id)
+            if node is None or node.key != b.block_hash:
+                return False
+            k = self._key(node, b.block_id)
+            if k < prev:
+                return False
+            prev = k
+        if fresh:
+            b = fresh[0]
+            self._tail = (b, b.block_hash, prev)
+        return True

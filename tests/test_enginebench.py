@@ -1,0 +1,109 @@
+"""`agentrt bench --engine vllm`: prompt rendering, call selection, metrics parsing, and a short live run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agentrt.enginebench import prom
+from agentrt.enginebench.client import tool_calls
+from agentrt.enginebench.render import Renderer
+from agentrt.enginebench.runner import cut_calls
+from agentrt.trace.schema import Call
+from vllm_support import requires_vllm
+
+
+def _call(wf="w", i=0, hashes=(1, 2, 3), n=48, out=8, tenant="default", **kw) -> Call:
+    return Call(workflow=wf, call=i, input_length=n, output_length=out, hash_ids=list(hashes),
+                tenant=tenant, **kw)
+
+
+def test_equal_hash_ids_give_equal_tokens_and_different_ones_differ():
+    r = Renderer(vocab=4096, trace_block_size=16, scale=1.0)
+    a = r.render(_call(hashes=(1, 2, 3)))
+    b = r.render(_call(wf="other", i=5, hashes=(1, 2, 3)))
+    c = r.render(_call(hashes=(1, 2, 4)))
+    assert a == b and len(a) == 48
+    assert a[:32] == c[:32] and a[32:] != c[32:]          # share exactly the shared blocks
+    assert r.render(_call(hashes=(9, 2, 3)))[:16] != a[:16]
+    assert r.render(_call(hashes=(1, 2, 3), tenant="t2")) != a   # tenants never share
+    assert all(16 <= t < 4096 for t in a)
+    assert Renderer(vocab=4096, trace_block_size=16, scale=1.0).render(_call()) == a  # deterministic
+
+
+def test_scaling_partial_blocks_outputs_and_clipping():
+    r = Renderer(vocab=4096, trace_block_size=16, scale=0.25)
+    assert r.tokens_per_block == 4
+    full = r.render(_call(hashes=(1, 2, 3), n=40, out=100))   # 2 full blocks + 8-token tail
+    assert len(full) == 2 * 4 + 2 and r.output_tokens(_call(out=100)) == 25
+    assert r.render(_call(hashes=(1, 2, 3), n=48))[:8] == full[:8]
+    small = Renderer(vocab=4096, trace_block_size=16, scale=1.0, max_model_len=40)
+    assert small.output_tokens(_call(out=100)) == 10
+    assert len(small.render(_call(n=48, out=100))) == 30 and small.clipped == 1
+
+
+def test_cut_calls_keeps_whole_workflows_and_tool_calls():
+    calls = [_call("a", 0), _call("a", 1), _call("b", 0), _call("b", 1, think_ms=500, after=(0,)),
+             _call("c", 0)]
+    assert [c.workflow for c in cut_calls(calls, 3)] == ["a", "a"]
+    assert len(cut_calls(calls, None)) == 5
+    assert tool_calls(calls) == {("b", 0)}
+
+
+def test_prometheus_counters_summed_over_labels():
+    text = """# HELP vllm:prefix_cache_hits_total x
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 10.0
+vllm:prefix_cache_hits_total{engine="1",model_name="m"} 5.0
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 40.0
+vllm:prefix_cache_queries_created{engine="0"} 1.7e9
+"""
+    c = prom.parse(text)
+    assert c[prom.HITS] == 15.0 and c[prom.QUERIES] == 40.0 and c[prom.EXT_HITS] == 0.0
+    assert prom.delta(c, {prom.HITS: 5.0})[prom.HITS] == 10.0
+
+
+def _tiny_trace(path) -> None:
+    """Three two-agent workflows, two at a time: each agent's later call extends its thread."""
+    lines = [{"trace": "workflow-trace/1", "block_size": 16, "name": "tiny", "concurrency": 2}]
+    hid = 1000
+    for w in range(3):
+        sys_p, sys_c = list(range(1, 17)), list(range(101, 117))    # shared system prompts
+        own = list(range(hid, hid + 24))
+        hid += 100
+        lines.append({"workflow": f"w{w}", "agent": "planner", "timestamp": 0, "input_length": 40 * 16,
+                      "output_length": 16, "hash_ids": sys_p + own})
+        lines.append({"workflow": f"w{w}", "agent": "coder", "think_ms": 20, "input_length": 24 * 16,
+                      "output_length": 16, "hash_ids": sys_c + own[:8]})
+        lines.append({"workflow": f"w{w}", "agent": "planner", "input_length": 48 * 16,
+                      "output_length": 8, "hash_ids": sys_p + own + list(range(hid, hid + 8)),
+                      "last": True})
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_bench_engine_vllm_short_run(tmp_path, tiny_model):
+    trace = tmp_path / "tiny.jsonl"
+    _tiny_trace(trace)
+    out = tmp_path / "res.json"
+    cmd = [sys.executable, "-m", "agentrt.cli", "bench", "--engine", "vllm", "--trace", str(trace),
+           "--policies", "lru,pbkv-lae,belady", "--vllm-blocks", "64", "--scale", "0.5",
+           "--json", str(out), "--quiet", "--log-dir", str(tmp_path / "logs")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "pbkv-lae" in p.stdout and "offline bounds" in p.stderr
+    doc = json.loads(out.read_text())
+    assert doc["calls"] == 9 and doc["workflows"] == 3
+    assert list(doc["results"]) == ["lru", "pbkv-lae"]
+    eng = doc["config"]["engine"]
+    assert eng["num_gpu_blocks"] == 64 and eng["block_size"] == 32 and eng["tokens_per_trace_block"] == 8
+    for name, r in doc["results"].items():
+        for key in ("hit_rate", "host_hit_rate", "prefill_tokens", "ttft_mean_s", "ttft_p99_s",
+                    "e2e_mean_s", "e2e_p99_s", "throughput_tok_s"):
+            assert r[key] is not None, (name, key)
+        assert r["errors"] == 0 and r["calls"] == 9 and r["prompt_tokens"] > 0
+        assert 0.0 < r["hit_rate"] < 1.0           # the shared system prompts hit
+        assert r["connector"]["policy"] == name and not r["connector"]["failed"]

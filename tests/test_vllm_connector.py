@@ -1,0 +1,394 @@
+"""The agentrt KV connector for vLLM: identity, mirror, free-queue order, failure, and a live server.
+
+Three layers: plain unit tests (no vLLM), tests on a real vLLM `BlockPool` without a server (the
+connector's scheduler logic end to end, fast), and integration tests against a real vLLM server
+with the tiny local model (session-scoped servers, stopped by PID).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+
+from agentrt.vllm.config import ConnectorConfig, kv_transfer_config
+from agentrt.vllm.identity import identity_of, xargs_for
+from agentrt.vllm.mirror import Mirror, hash_int
+from vllm_support import connector_server, requires_vllm
+
+BS = 32
+
+
+# ---------------------------------------------------------------------------- identity, config
+def test_identity_from_xargs_session_and_fallback():
+    x = xargs_for("wf1", "coder", "t1", 3, end=True, tool_call=True)
+    i = identity_of("r1", x, None)
+    assert (i.workflow, i.agent, i.tenant, i.call, i.end, i.tool_call, i.explicit) == \
+        ("wf1", "coder", "t1", 3, True, True, True)
+    i = identity_of("r2", {"agentrt_end": "false"}, "sess-9")
+    assert (i.workflow, i.agent, i.tenant, i.end, i.explicit) == ("sess-9", None, "default", False, True)
+    i = identity_of("r3", None, None)   # no identity: its own workflow, ended when it finishes
+    assert (i.workflow, i.end, i.explicit) == ("req:r3", True, False)
+    assert identity_of("r4", {"agentrt_call": "x", "agentrt_end": "true"}, "s").call is None
+
+
+def test_config_parsing_and_transfer_config():
+    cfg, unknown = ConnectorConfig.from_extra({"policy": "pbkv-lae", "bogus": 1, "plugins": "m"})
+    assert cfg.policy == "pbkv-lae" and unknown == ["bogus"] and cfg.plugins == ["m"]
+    assert ConnectorConfig.from_extra({})[0].stock
+    kv = kv_transfer_config("cachesage", options={"lookahead": 2}, event_log=None)
+    assert kv["kv_connector"] == "AgentRTConnector" and kv["kv_role"] == "kv_both"
+    assert kv["kv_connector_extra_config"] == {"policy": "cachesage", "options": {"lookahead": 2}}
+    with pytest.raises(ValueError):
+        kv_transfer_config("lru", host_blocks=-1)
+
+
+# ---------------------------------------------------------------------------- mirror (fake blocks)
+def _blk(bid: int, h: bytes | None):
+    return SimpleNamespace(block_id=bid, block_hash=h, is_null=False)
+
+
+def _h(i: int) -> bytes:
+    return i.to_bytes(32, "big") + b"\0\0\0\0"
+
+
+def test_mirror_paths_touch_order_and_evictions():
+    m = Mirror()
+    node, fresh = m.add_path([_blk(1, _h(10)), _blk(2, _h(11)), _blk(3, None)], "default")
+    assert fresh == [1, 2] and node.hash == hash_int(_h(11)) and node.parent.hash == hash_int(_h(10))
+    # deepest touched first, as vLLM frees (and LRU-queues) a request's blocks
+    assert node.last_touch < node.parent.last_touch
+    assert m.lookup([hash_int(_h(10)), hash_int(_h(11)), 5]) is node and m.prefix([hash_int(_h(10))]) == 1
+    # the parent is evicted first: the child is an orphan until the parent's hash comes back
+    assert m.evict_block(1).hash == hash_int(_h(10))
+    assert m.prefix([hash_int(_h(10)), hash_int(_h(11))]) == 0
+    again, fresh = m.add_path([_blk(7, _h(10)), _blk(2, _h(11))], "default")
+    assert again is node and fresh == [7] and m.prefix([hash_int(_h(10)), hash_int(_h(11))]) == 2
+    # a second physical copy of one hash keeps the node until both copies are gone
+    m.add_path([_blk(8, _h(10))], "default")
+    assert m.evict_block(7) is None and m.evict_block(8) is not None
+    assert len(m.clear()) == 1 and len(m) == 0
+
+
+# ---------------------------------------------------------------------------- real BlockPool, no server
+class PoolHarness:
+    """vLLM's real BlockPool driven like the scheduler drives it, with the connector's runtime; with
+    a host tier, a fake KV tensor and the real worker-side copies, so data can be checked."""
+
+    def __init__(self, policy: str, num_blocks: int = 64, **extra) -> None:
+        from vllm.v1.core.block_pool import BlockPool
+        from agentrt.vllm.eventlog import EventLog
+        from agentrt.vllm.hosted import HostedRuntime
+        self.pool = BlockPool(num_gpu_blocks=num_blocks, enable_caching=True, hash_block_size=BS)
+        cfg, _ = ConnectorConfig.from_extra({"policy": policy, **extra})
+        self.h = HostedRuntime(cfg, BS, EventLog(None, "scheduler"))
+        self.h.bind_pool(self.pool)
+        self.n = 0
+        self.buffers = None
+        self.loaded_ok = 0
+        if cfg.host_blocks:
+            import torch
+            from agentrt.vllm.worker import HostBuffers
+            self.kv = torch.zeros(num_blocks, 2, 8)
+            self.buffers = HostBuffers({"layer0": self.kv}, num_blocks, cfg.host_blocks)
+
+    @staticmethod
+    def content(h: bytes):
+        import torch
+        return torch.tensor(list(h[:16]), dtype=torch.float32).reshape(2, 8)
+
+    def _g(self, fn, *args, default=None):
+        """What the connector's hook wrapper does: skip once failed, contain any exception."""
+        if self.h.failed:
+            return default
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001
+            self.h.fail(fn.__name__, e)
+            return default
+
+    def call(self, hashes: list[bytes], xargs: dict | None = None) -> int:
+        """One request through schedule, worker copies, forward and finish. Returns the blocks
+        it found cached (on the GPU or, loaded, from the host)."""
+        from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+        pool = self.pool
+        self.n += 1
+        req = SimpleNamespace(request_id=f"r{self.n}", session_id=None, block_hashes=hashes,
+                              num_prompt_tokens=len(hashes) * BS + 1, num_tokens=len(hashes) * BS + 1,
+                              max_tokens=1, status="done",
+                              sampling_params=SimpleNamespace(extra_args=xargs or {}))
+        self._g(self.h.arrived, req)
+        hit = []
+        for hh in hashes:
+            b = pool.get_cached_block(hh, [0])
+            if b is None:
+                break
+            hit.append(b[0])
+        ext = self._g(self.h.lookup, req, len(hit) * BS, default=0) or 0
+        pool.touch(hit)
+        blocks = hit + pool.get_new_blocks(len(hashes) - len(hit))
+        ids = [b.block_id for b in blocks]
+        self._g(self.h.allocated, req, SimpleNamespace(get_block_ids=lambda: (ids,)), ext)
+        n_ext = ext // BS
+        pool.cache_full_blocks(req, blocks, len(hit), len(hashes), BS, 0)
+        assert all(b.block_hash == make_block_hash_with_group_id(hh, 0) for b, hh in zip(blocks, hashes))
+        self._g(self.h.step, None)
+        plan = self.h.end_step()
+        if self.buffers is not None:
+            self.buffers.save(plan.saves)                     # handle_preemptions
+            for b in blocks[len(hit):]:                        # vLLM zeroes new blocks
+                self.kv[b.block_id].zero_()
+            self.buffers.load(plan.loads)                      # start_load_kv
+            for b, hh in zip(blocks[len(hit):len(hit) + n_ext], hashes[len(hit):]):
+                assert bool((self.kv[b.block_id] == self.content(hh)).all()), "host load gave wrong KV"
+                self.loaded_ok += 1
+            for b, hh in zip(blocks[len(hit) + n_ext:], hashes[len(hit) + n_ext:]):
+                self.kv[b.block_id] = self.content(hh)         # the forward computes the rest
+        self._g(self.h.finished, req, ids)
+        pool.free_blocks(reversed(blocks))
+        return len(hit) + n_ext
+
+
+def _prompt(seed: int, n: int) -> list[bytes]:
+    rng = random.Random(seed)
+    return [rng.randbytes(32) for _ in range(n)]
+
+
+def _scenario(policy: str, **extra) -> tuple[int, PoolHarness]:
+    """A live workflow's 16-block prompt, 5 ended workflows of 12 blocks each, then the live
+    workflow again in a 63-block pool: how many of its blocks are still cached."""
+    ph = PoolHarness(policy, 64, **extra)
+    live = _prompt(1, 16)
+    ph.call(live, {"agentrt_workflow": "live", "agentrt_agent": "planner"})
+    for i in range(5):
+        ph.call(_prompt(100 + i, 12), {"agentrt_workflow": f"f{i}", "agentrt_agent": "filler",
+                                       "agentrt_end": 1})
+    return ph.call(live, {"agentrt_workflow": "live", "agentrt_agent": "planner"}), ph
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_pool_stock_lru_loses_live_prefix_pbkv_keeps_it():
+    lost, ph = _scenario("lru")
+    assert lost < 16 and ph.h.orderer.stats.relinks == 0
+    kept, ph = _scenario("pbkv-lae")
+    assert kept == 16
+    st = ph.h.stats()
+    assert st["evicted"] > 0 and st["relinks"] > 0 and not st["failed"]
+    assert len(ph.h.mirror) <= 63
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_pool_order_is_policy_order_and_stable():
+    ph = PoolHarness("pbkv-lae", 64)
+    a = _prompt(1, 4)
+    ph.call(a, {"agentrt_workflow": "A"})                      # live
+    ph.call(_prompt(2, 4), {"agentrt_workflow": "B", "agentrt_end": 1})   # ended: retired
+    ph.call(_prompt(3, 4), {"agentrt_workflow": "C"})          # live, more recent
+    ph.h.step(None)                                            # the next scheduler step
+    free = [b for b in ph.pool.free_block_queue.get_all_free_blocks() if b.block_hash is not None]
+    wf = [ph.h.mirror.by_block[b.block_id].meta.workflow.id for b in free]
+    assert wf == ["B"] * 4 + ["A"] * 4 + ["C"] * 4
+    # within a workflow: vLLM's order (a request's deepest block goes first)
+    depth = [ph.h.mirror.by_block[b.block_id].depth for b in free[4:8]]
+    assert depth == [4, 3, 2, 1]
+    # nothing changed: the next step examines nothing
+    runs = ph.h.orderer.stats.runs
+    ph.h.step(None)
+    assert ph.h.orderer.stats.runs == runs
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_pool_runtime_failure_falls_back_to_stock_lru():
+    ph = PoolHarness("pbkv-lae", 64, fail_after=6)
+    hits = [ph.call(_prompt(i % 3, 8), {"agentrt_workflow": f"w{i}", "agentrt_end": 1}) for i in range(12)]
+    assert ph.h.failed and not ph.h.reorder
+    assert not ph.pool._reuse_watchers            # its eviction watchers are gone too
+    assert hits[-3:] == [8, 8, 8]                 # stock prefix caching carries on
+    assert ph.pool.get_num_free_blocks() == 63
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_pool_plugin_policy_that_raises_in_score_is_contained():
+    from agentrt.policies.pbkv import PBKVLAEPolicy
+    from agentrt.policies.registry import register
+
+    class Boom(PBKVLAEPolicy):
+        name = "boom"
+
+        def score(self, block):
+            raise ZeroDivisionError("boom")
+
+    mod = types.ModuleType("agentrt_test_boom")
+    mod.register = lambda: register("boom", Boom, "raises in score")
+    mod.register()
+    sys.modules["agentrt_test_boom"] = mod
+    ph = PoolHarness("boom", 64, plugins=["agentrt_test_boom"])
+    ph.call(_prompt(1, 4), {"agentrt_workflow": "w"})
+    before = [b.block_id for b in ph.pool.free_block_queue.get_all_free_blocks()]
+    ph.call(_prompt(2, 4), {"agentrt_workflow": "v"})
+    assert ph.h.failed and ph.h.orderer.stats.relinks == 0
+    # scoring comes before any change to the queue: vLLM's own order is intact
+    after = [b.block_id for b in ph.pool.free_block_queue.get_all_free_blocks()]
+    assert len(after) == len(before) == 63
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_pool_host_tier_demotes_evicted_blocks_and_loads_them_back():
+    lost, ph = _scenario("lru", host_blocks=64)
+    st = ph.h.stats()
+    # all 16 blocks found: the first ones still on the GPU (LRU evicts a prompt's tail first), the
+    # rest loaded back from the host, holding the KV they were saved with
+    assert lost == 16 and ph.loaded_ok > 0
+    assert st["demoted"] > 0 and st["host_hit_blocks"] == st["host_loaded"] == ph.loaded_ok
+    # a full host keeps what the policy values most: with pbkv-lae the live prefix
+    kept, ph = _scenario("pbkv-lae", host_blocks=8)
+    assert kept == 16 and ph.h.stats()["host_hit_blocks"] == 0
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_pool_prefetch_loads_a_host_path_into_free_blocks():
+    from agentrt.runtime.actions import Prefetch
+    from agentrt.vllm import act
+    ph = PoolHarness("lru", 40, host_blocks=64)
+    live = _prompt(1, 16)
+    ph.call(live, {"agentrt_workflow": "live"})
+    for i in range(3):                                     # push the live prefix to the host
+        ph.call(_prompt(100 + i, 12), {"agentrt_workflow": f"f{i}", "agentrt_end": 1})
+    node = ph.h.mirror.nodes[bytes(live[-1]) + b"\0\0\0\0"]
+    assert act.EngineView.host_blocks_on_path(node) > 0
+    n = act.prefetch(ph.h, Prefetch("default", node, 16, evict_below=10**9))
+    plan = ph.h.end_step()
+    ph.buffers.save(plan.saves)
+    ph.buffers.load(plan.loads)
+    assert n > 0 and len(plan.loads) == n
+    for slot, bid in plan.loads:                           # the loaded blocks hold the right KV
+        key = ph.pool.blocks[bid].block_hash
+        assert bool((ph.kv[bid] == ph.content(key[:-4])).all())
+    assert ph.call(live, {"agentrt_workflow": "live"}) == 16
+
+
+# ---------------------------------------------------------------------------- live server
+def _tokens(seed: int, n: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(16, 4000) for _ in range(n)]
+
+
+def _complete(srv, prompt: list[int], xargs: dict | None = None, session_id: str | None = None,
+              max_tokens: int = 1) -> dict:
+    import httpx
+    body = {"model": srv.served_name, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    if xargs:
+        body["vllm_xargs"] = xargs
+    if session_id:
+        body["session_id"] = session_id
+    r = httpx.post(srv.base_url + "/v1/completions", json=body, timeout=120)
+    r.raise_for_status()
+    return r.json()
+
+
+def _cached(resp: dict) -> int:
+    return (resp["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+
+
+def _live_scenario(srv) -> int:
+    """Two finished planner->coder->planner workflows (CacheSage learns the transitions), then a
+    live workflow's planner call (1024 tokens), six ended filler workflows (512 tokens each,
+    more than the 95-block pool holds besides it), then the live planner again: its cached tokens."""
+    anchor = _tokens(7, 256)
+    for w in range(2):
+        x = {"agentrt_workflow": f"train{w}"}
+        _complete(srv, anchor + _tokens(20 + w, 64), {**x, "agentrt_agent": "planner"})
+        _complete(srv, _tokens(30 + w, 128), {**x, "agentrt_agent": "coder"})
+        _complete(srv, anchor + _tokens(20 + w, 64) + _tokens(40 + w, 32),
+                  {**x, "agentrt_agent": "planner", "agentrt_end": 1})
+    live = anchor + _tokens(8, 768)
+    lx = {"agentrt_workflow": "wf-live", "agentrt_agent": "planner"}
+    _complete(srv, live, lx)
+    for i in range(6):
+        _complete(srv, _tokens(100 + i, 512), {"agentrt_workflow": f"filler{i}", "agentrt_end": 1})
+    return _cached(_complete(srv, live + _tokens(9, 32), lx))
+
+
+@requires_vllm
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["lru", "cachesage", "pbkv-lae"])
+def test_live_workflow_keeps_its_prefix(vllm_servers, vllm_log_dir, policy):
+    from agentrt.vllm.eventlog import read_events
+    srv, log = connector_server(vllm_servers, vllm_log_dir, policy)
+    cached = _live_scenario(srv)
+    stats = read_events(str(log), "stats")[-1]
+    assert not stats["failed"] and stats["evicted"] > 0
+    if policy == "lru":
+        assert cached <= 512, "stock vLLM was expected to lose most of the live prefix"
+    else:
+        assert cached >= 992, f"{policy} lost the live workflow's prefix ({cached} cached)"
+        assert stats["relinks"] > 0
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_identity_reaches_the_runtime(vllm_servers, vllm_log_dir):
+    from agentrt.vllm.eventlog import read_events
+    srv, log = connector_server(vllm_servers, vllm_log_dir, "pbkv-lae")
+    _complete(srv, _tokens(500, 100), xargs_for("wf-id", "verifier", "acme", 4, end=True))
+    _complete(srv, _tokens(501, 100), session_id="sess-42")
+    _complete(srv, _tokens(502, 300))
+    arr = read_events(str(log), "arrival")
+    by_wf = {a["workflow"]: a for a in arr}
+    a = by_wf["wf-id"]
+    assert (a["agent"], a["tenant"], a["call"], a["end"], a["agent_explicit"]) == ("verifier", "acme", 4, True, True)
+    s = by_wf["sess-42"]
+    assert s["session_id"] == "sess-42" and s["explicit"] and not s["end"]
+    anon = arr[-1]
+    assert anon["workflow"].startswith("req:") and anon["agent"].startswith("anchor:")
+    fin = {f["workflow"]: f for f in read_events(str(log), "finish")}
+    assert fin["wf-id"]["end"] and fin["wf-id"]["agent"] == "verifier"
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_runtime_failing_mid_run_leaves_every_request_answered(vllm_servers, vllm_log_dir):
+    import concurrent.futures as cf
+    from agentrt.vllm.eventlog import read_events
+    srv, log = connector_server(vllm_servers, vllm_log_dir, "pbkv-lae", fail_after=25)
+    prompts = [(_tokens(300 + i % 5, 400), {"agentrt_workflow": f"w{i % 5}", "agentrt_agent": "a"})
+               for i in range(24)]
+    with cf.ThreadPoolExecutor(4) as ex:
+        out = list(ex.map(lambda p: _complete(srv, p[0], p[1], max_tokens=4), prompts))
+    assert len(out) == 24 and all(o["choices"][0]["finish_reason"] for o in out)
+    errors = read_events(str(log), "error")
+    assert len(errors) == 1 and errors[0]["disabled"] and "injected" in errors[0]["error"]
+    # stock LRU carries on: a repeated prompt still hits the prefix cache
+    assert _cached(_complete(srv, prompts[0][0])) >= 384
+    # the runtime is off for good: it wrote nothing after its error
+    assert all(st["t"] <= errors[0]["t"] for st in read_events(str(log), "stats"))
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_host_tier_serves_an_evicted_prefix_with_the_same_kv(vllm_servers, vllm_log_dir):
+    import httpx
+    from agentrt.enginebench import prom
+    from agentrt.vllm.eventlog import read_events
+    srv, log = connector_server(vllm_servers, vllm_log_dir, "lru", host_blocks=128)
+    p = _tokens(900, 1024)
+    first = _complete(srv, p, {"agentrt_workflow": "h"}, max_tokens=8)
+    for i in range(6):                                   # more than the pool holds besides it
+        _complete(srv, _tokens(910 + i, 512), {"agentrt_workflow": f"hf{i}", "agentrt_end": 1})
+    before = prom.parse(httpx.get(srv.base_url + "/metrics").text)
+    again = _complete(srv, p, {"agentrt_workflow": "h"}, max_tokens=8)
+    after = prom.parse(httpx.get(srv.base_url + "/metrics").text)
+    d = prom.delta(after, before)
+    assert _cached(again) >= 992 and d[prom.EXT_HITS] > 0         # served from the host tier
+    assert again["choices"][0]["text"] == first["choices"][0]["text"]   # with the KV it had
+    st = read_events(str(log), "stats")[-1]
+    assert st["host_hit_blocks"] > 0 and st["demoted"] > 0 and not st["failed"]
