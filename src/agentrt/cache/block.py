@@ -61,3 +61,16 @@ class Block:
     def __repr__(self) -> str:
         return (f"Block(hash={self.hash}, tier={TIER_NAMES[self.tier]}, depth={self.depth}, "
                 f"lock={self.lock_ref}, touch={self.last_touch})")
+
+
+def host_run(node: "Block | None") -> int:
+    """Blocks in the host tier ending at `node`: `node` and its host ancestors (0 if on the GPU).
+
+    Host blocks are always a suffix of a path (a GPU block's parent is on the GPU), so this is
+    what a prefetch of `node`'s path has to load.
+    """
+    n = 0
+    while node is not None and node.tier == HOST:
+        n += 1
+        node = node.parent
+    return n

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentrt.cache.block import HOST
+from agentrt.cache.block import HOST, host_run
 from agentrt.engine.request import LOADING, Request
 from agentrt.runtime import events as ev
 from agentrt.runtime.actions import Prefetch, WarmUp
@@ -106,13 +106,7 @@ class _View:
         """Whether the path to `node` ends in the host tier (host blocks are always a suffix)."""
         return node.tier == HOST
 
-    @staticmethod
-    def host_blocks_on_path(node) -> int:
-        n = 0
-        while node is not None and node.tier == HOST:
-            n += 1
-            node = node.parent
-        return n
+    host_blocks_on_path = staticmethod(host_run)
 
     @property
     def cache(self):

@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from agentrt.cache.block import GPU, HOST
+from agentrt.cache.block import GPU, HOST, host_run
 
 
 class EngineView:
@@ -46,13 +46,7 @@ class EngineView:
     def on_host(node) -> bool:
         return node is not None and node.tier == HOST
 
-    @staticmethod
-    def host_blocks_on_path(node) -> int:
-        n = 0
-        while node is not None and node.tier == HOST:
-            n += 1
-            node = node.parent
-        return n
+    host_blocks_on_path = staticmethod(host_run)
 
 
 def _host_path(node, root) -> list:
