@@ -152,7 +152,7 @@ class RadixKVCache(EvictionHeaps):
         if shortfall > 0:
             self.evict(shortfall)
         for hn in host_nodes:
-            self._load(hn, now)
+            self._load(hn)
             node = hn
         if self.host_used > self.host_capacity:
             self._evict_host(self.host_used - self.host_capacity)
@@ -175,7 +175,7 @@ class RadixKVCache(EvictionHeaps):
         need = n_full - gpu_hit + extra_blocks
         return need <= self.free + self.evictable - unlocked
 
-    def _load(self, hn: Block, now: float) -> None:
+    def _load(self, hn: Block) -> None:
         hn.tier = GPU
         self.host_used -= 1
         self.gpu_used += 1
@@ -209,7 +209,7 @@ class RadixKVCache(EvictionHeaps):
                 node = child
             else:
                 self.touch_clock = clock
-                node = self._insert_child(node, h, now, locked=True)
+                node = self._insert_child(node, h, locked=True)
                 clock = self.touch_clock
         self.touch_clock = clock
         self.gpu_used += created
@@ -233,18 +233,18 @@ class RadixKVCache(EvictionHeaps):
             for h in output_hash_ids:
                 if lease.reserved <= 0:
                     break
-                node = self._insert_child(node, h, now, locked=False)
+                node = self._insert_child(node, h, locked=False)
                 lease.reserved -= 1
                 inserted += 1
         self.reserved -= lease.reserved
         lease.reserved = 0
         if node is not lease.node and node.lock_ref == 0 and node.tier == GPU and node.gpu_children == 0:
             self._push(node)
-        self._unlock_path(lease.node, now)
+        self._unlock_path(lease.node)
         lease.released = True
         return inserted
 
-    def _insert_child(self, parent: Block, hash_id: int, now: float, locked: bool) -> Block:
+    def _insert_child(self, parent: Block, hash_id: int, locked: bool) -> Block:
         child = parent.children.get(hash_id)
         if child is None:
             child = Block(hash_id, parent, GPU, parent.tenant)
@@ -270,7 +270,7 @@ class RadixKVCache(EvictionHeaps):
         child.last_touch = self.touch_clock
         return child
 
-    def _unlock_path(self, node: Block, now: float) -> None:
+    def _unlock_path(self, node: Block) -> None:
         while node is not None:
             node.lock_ref -= 1
             if node.lock_ref == 0 and node.parent is not None:
@@ -320,12 +320,12 @@ class RadixKVCache(EvictionHeaps):
                 if victim is None or not victim[0] < evict_below or self.evict(1) == 0:
                     break
             b.lock_ref += 1
-            self._load(b, now)
+            self._load(b)
             loaded.append(b)
             last = b
         if self.host_used > self.host_capacity:
             self._evict_host(self.host_used - self.host_capacity)
-        self._unlock_path(last, now)
+        self._unlock_path(last)
         return loaded
 
     def _lock_path(self, node: Block) -> None:

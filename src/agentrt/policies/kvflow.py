@@ -82,9 +82,9 @@ class KVFlowPolicy(Policy):
 
     # ------------------------------------------------------------------ online
     def observe(self, e) -> None:
-        if type(e) in (ev.CallArrived, ev.CallFinished, ev.WorkflowEnded):
-            if not (type(e) is not ev.WorkflowEnded and e.call.warmup):
-                self.epoch += 1
+        t = type(e)
+        if t is ev.WorkflowEnded or ((t is ev.CallArrived or t is ev.CallFinished) and not e.call.warmup):
+            self.epoch += 1
 
     def block_steps(self, block) -> int:
         tag = block.meta

@@ -179,9 +179,6 @@ class AgentRuntime:
                 return
             node = node.parent
 
-    def thread_of(self, rid: int) -> Thread | None:
-        return self._calls.get(rid)
-
     def _sweep(self, now: float) -> None:
         """End workflows that went silent with nothing in flight (their framework never said)."""
         cutoff = now - self.silent_after_s
