@@ -1,5 +1,5 @@
-"""Hypothesis: thousands of random insert / lock / unlock / evict / demote / load sequences keep
-every invariant of the two-tier radix cache after every step."""
+"""Hypothesis: thousands of random insert / lock / unlock / evict / demote / load / grow / preempt
+sequences keep every invariant of the two-tier radix cache after every step."""
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -45,6 +45,46 @@ class CacheMachine(RuleBasedStateMachine):
     def release(self, i, outs):
         lease, extra = self.running.pop(i % len(self.running))
         self.cache.release(lease, outs[:extra], self._tick())
+
+    @precondition(lambda self: self.admitted or self.running)
+    @rule(i=st.integers(0, 100), n=st.integers(1, 3))
+    def grow(self, i, n):
+        """A decoding request crosses into new blocks: free ones, else evicted, else refused."""
+        held = self.running if i % 2 and self.running or not self.admitted else self.admitted
+        k = i % len(held)
+        lease, extra = held[k]
+        c = self.cache
+        before = (c.gpu_used, c.host_used, c.reserved, c.locked_gpu, c.touch_clock, lease.reserved)
+        room = c.free + c.evictable
+        if c.grow(lease, n):
+            assert n <= room and lease.reserved == before[-1] + n
+            assert c.free == room - n - c.evictable and c.free >= 0
+            held[k] = (lease, extra + n)
+        else:
+            assert n > room
+            assert (c.gpu_used, c.host_used, c.reserved, c.locked_gpu, c.touch_clock, lease.reserved) == before
+
+    @precondition(lambda self: self.admitted or self.running)
+    @rule(i=st.integers(0, 100), upto=st.integers(0, 6), outs=st.lists(st.integers(0, 3), max_size=3))
+    def preempt(self, i, upto, outs):
+        """Preemption: keep what was computed (prompt blocks, completed outputs), unlock, free;
+        a re-admission right away hits every block of the kept path."""
+        c = self.cache
+        if i % 2 and self.admitted or not self.running:
+            lease, _ = self.admitted.pop(i % len(self.admitted))
+            c.commit_prompt(lease, self._tick(), upto)      # a prefill cut short after `upto` blocks
+        else:
+            lease, extra = self.running.pop(i % len(self.running))
+            c.cache_output(lease, outs[:extra])
+        assert lease.depth == len(lease.node.path())
+        kept = [b.hash for b in lease.node.path()]
+        reserved = c.reserved - lease.reserved
+        c.release(lease)
+        assert c.reserved == reserved and lease.reserved == 0
+        again = c.acquire(lease.tenant, kept, len(kept), 1, self._tick())
+        if again is not None:
+            assert again.gpu_hit == len(kept)
+            self.admitted.append((again, 1))
 
     @precondition(lambda self: self.admitted)
     @rule(i=st.integers(0, 100))

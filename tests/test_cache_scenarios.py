@@ -183,3 +183,56 @@ def test_removed_blocks_are_gone():
     l1 = run(c, "t", [1])
     run(c, "t", [2])
     assert l1.node.tier == GONE
+
+
+def test_grow_takes_free_then_evicts_then_refuses():
+    c = RadixKVCache(4)
+    run(c, "t", [9])                            # one unlocked cached block
+    lease = c.acquire("t", [1], 1, 1, 0.0)      # prompt block + first token's block
+    c.commit_prompt(lease, 0.0)
+    assert c.free == 1 and c.grow(lease) and c.free == 0 and c.evictions == 0
+    assert c.grow(lease) and c.evictions == 1 and cached(c) == [1]      # 9 evicted
+    touch = c.touch_clock
+    assert not c.grow(lease)                    # nothing free, nothing evictable
+    assert (c.reserved, lease.reserved, c.touch_clock, c.gpu_used) == (3, 3, touch, 1)
+    c.check_invariants()
+    c.release(lease)
+    assert c.reserved == 0 and c.free == 3
+    c.check_invariants()
+
+
+def test_output_blocks_stay_locked_on_the_path_until_release():
+    c = RadixKVCache(8)
+    lease = c.acquire("t", [1, 2], 2, 2, 0.0)
+    c.commit_prompt(lease, 0.0)
+    node = c.cache_output(lease, [3, 4])
+    assert node is lease.node and node.hash == 4 and lease.depth == 4 and lease.output_blocks == 2
+    assert [b.hash for b in node.path()] == [1, 2, 3, 4] and all(b.lock_ref == 1 for b in node.path())
+    assert c.evictable == 0 and c.peek_victims(1) == [] and c.reserved == 0
+    c.check_invariants()
+    assert c.release(lease) == 0                # nothing more to cache: the two are in already
+    assert [b.hash for b in c.peek_victims(1)] == [4]
+    c.check_invariants()
+
+
+def test_output_blocks_need_the_whole_prompt_in_the_tree():
+    c = RadixKVCache(8)
+    lease = c.acquire("t", [1, 2], 2, 1, 0.0)
+    assert c.cache_output(lease, [3]) is lease.node and lease.output_blocks == 0
+    c.release(lease)
+    assert cached(c) == []
+    c.check_invariants()
+
+
+def test_a_preempted_prefill_keeps_its_completed_blocks():
+    c = RadixKVCache(8)
+    run(c, "t", [1])
+    lease = c.acquire("t", [1, 2, 3, 4], 4, 1, 0.0)      # hit on 1; 3 to compute + 1
+    assert c.commit_prompt(lease, 0.0, upto=3) == 2       # chunks completed blocks 2 and 3
+    assert not lease.committed and lease.depth == 3 and lease.reserved == 2
+    c.release(lease)                                       # the preemption
+    assert cached(c) == [1, 2, 3] and c.reserved == 0
+    again = c.acquire("t", [1, 2, 3, 4], 4, 1, 1.0)
+    assert again.gpu_hit == 3 and again.new_blocks == 1
+    c.release(again)
+    c.check_invariants()

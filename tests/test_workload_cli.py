@@ -31,7 +31,7 @@ def invoke(*args: str):
 def test_workloads_lists_every_generator_in_one_line_each():
     lines = invoke("workloads").stdout.strip().splitlines()
     listed = [line.split()[0] for line in lines]
-    assert set(BENCHMARKS + ["mix", "team"]) <= set(listed)
+    assert set(BENCHMARKS + ["mix", "team", "coding"]) <= set(listed)
     assert len(lines) == len(listed)
 
 
@@ -44,6 +44,35 @@ def test_generate_is_deterministic_and_valid(tmp_path):
     r = TraceReader(a)
     assert r.header.concurrency == 16
     assert sum(1 for x in r if x.last) == 10
+
+
+def test_generate_tool_scale_multiplies_think_times_only(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    invoke("generate", "swebench", "-o", str(a), "--workflows", "6", "--seed", "2")
+    invoke("generate", "swebench", "-o", str(b), "--workflows", "6", "--seed", "2", "--tool-scale", "4")
+    ra, rb = TraceReader(a), TraceReader(b)
+    assert "x4" in rb.header.description and "x4" not in ra.header.description
+    calls_a, calls_b = list(ra), list(rb)
+    assert [c.hash_ids for c in calls_a] == [c.hash_ids for c in calls_b]
+    assert sum(c.think_ms > 0 for c in calls_a) > 6
+    for x, y in zip(calls_a, calls_b):
+        assert y.think_ms == pytest.approx(4 * x.think_ms, abs=0.004)   # both rounded to 1 us
+
+
+def test_generate_rejects_a_non_positive_tool_scale(tmp_path):
+    res = agentrt("generate", "hover", "-o", str(tmp_path / "x.jsonl"), "--tool-scale", "0")
+    assert res.returncode == 2 and "tool_scale must be > 0" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_tools_lists_every_distribution_with_its_source():
+    from agentrt.workloads.tools import TOOLS
+    lines = invoke("tools").stdout.strip().splitlines()
+    assert lines[0].split()[0] == "tool"
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(rows) == set(TOOLS)
+    p50 = float(rows["test_run"].split()[2])
+    assert 15 < p50 < 25 and "guess" in rows["test_run"]
 
 
 def test_generate_with_rate_writes_open_loop_arrivals(tmp_path):

@@ -17,6 +17,7 @@ from agentrt.workloads.stats import compute_stats
 
 BENCHMARKS = ["hover", "swebench", "financebench", "mmlu", "mtbench", "gaia", "gsm8k", "humaneval"]
 DYNAMIC = [n for n in BENCHMARKS if n != "financebench"]
+LONG = ["coding"]   # not in mix; tests/test_workload_coding.py checks its structure and signals
 BS = 16
 
 
@@ -35,11 +36,11 @@ def by_workflow(calls) -> dict[str, list]:
 
 def test_all_generators_registered():
     names = workload_names()
-    for n in BENCHMARKS + ["mix", "team"]:
+    for n in BENCHMARKS + LONG + ["mix", "team"]:
         assert n in names
 
 
-@pytest.mark.parametrize("name", BENCHMARKS + ["mix"])
+@pytest.mark.parametrize("name", BENCHMARKS + LONG + ["mix"])
 def test_deterministic_by_seed(name):
     wl = get_workload(name)
     a = [json.dumps(c.to_json()) for c in wl.generate(GenConfig(workflows=12, seed=7))]
@@ -49,7 +50,7 @@ def test_deterministic_by_seed(name):
     assert a != c
 
 
-@pytest.mark.parametrize("name", BENCHMARKS + ["mix", "team"])
+@pytest.mark.parametrize("name", BENCHMARKS + LONG + ["mix", "team"])
 @pytest.mark.parametrize("arrivals", [{"concurrency": 8}, {"rate": 2.0}])
 def test_generated_trace_passes_validator(tmp_path, name, arrivals):
     wl = get_workload(name)
@@ -70,7 +71,7 @@ def test_generated_trace_passes_validator(tmp_path, name, arrivals):
         assert starts[-1] > 0
 
 
-@pytest.mark.parametrize("name", BENCHMARKS + ["mix"])
+@pytest.mark.parametrize("name", BENCHMARKS + LONG + ["mix"])
 def test_statistics_in_documented_ranges(name):
     wl = get_workload(name)
     st = compute_stats(calls_of(name), BS)

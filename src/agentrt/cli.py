@@ -26,7 +26,7 @@ def out_console() -> Console:
 DEFAULT_POLICIES = "lru,belady,infinite"
 DEFAULT_WORKLOAD = "mix"
 DEFAULT_CONCURRENCY = 64
-PBKV_PREDICTING = ("pbkv-he", "pbkv", "pbkv-aggressive")
+PBKV_PREDICTING = ("pbkv-he", "pbkv", "pbkv-aggressive", "pbkv-ta")
 
 
 def _split(s: str) -> list[str]:
@@ -224,7 +224,23 @@ def _register_extra_commands() -> None:
 _register_extra_commands()
 
 
+def _plain_warnings() -> None:
+    """Bench warnings print as one `warning: ...` line, not Python's file:line form."""
+    import warnings
+
+    from agentrt.bench.source import BenchWarning
+    show = warnings.showwarning
+
+    def _show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, BenchWarning):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+    warnings.showwarning = _show
+
+
 def main() -> None:
+    _plain_warnings()
     try:
         app(standalone_mode=False)
     except AgentrtError as e:

@@ -1,9 +1,10 @@
 """Run a list of policies over one trace source and collect the `--json` result document.
 
-Every real policy replays the same trace through its own `Simulator`. The offline bounds
-(`belady`, `infinite`) are computed over the block-access stream of the LRU replay (LRU is run for
-that even when not asked for) at the same GPU capacity; they report hit rates and prefill tokens,
-and no timings, since they are not engines.
+Every real policy replays the same trace through its own `Simulator`. The in-simulator bound
+(`oracle`) replays it too, under a clairvoyant eviction policy whose reference order comes from the
+LRU replay. The offline bounds (`belady`, `infinite`) are computed over the block-access stream of
+the LRU replay (LRU is run for that even when not asked for) at the same GPU capacity; they report
+hit rates and prefill tokens, and no timings, since they are not engines.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from dataclasses import asdict, dataclass, field
 
 from agentrt.bench.source import TraceSource
 from agentrt.bounds.offline import belady_bound, infinite_bound
-from agentrt.errors import AgentrtError
 from agentrt.engine.presets import get_preset
 from agentrt.engine.simulator import EngineConfig, Simulator
-from agentrt.policies.registry import BOUNDS, check_names, make_policy
+from agentrt.policies.registry import BOUNDS, SIM_BOUNDS, check_names, make_policy
 
 
 @dataclass(slots=True)
@@ -43,23 +43,23 @@ def engine_config(opts: BenchOptions, block_size: int) -> EngineConfig:
                         max_batch_tokens=opts.max_batch_tokens, max_running=opts.max_running)
 
 
-_TRAINED: dict = {}   # predictors trained in this process, shared by policies asking for the same
 
 
 def make_trained_policy(name: str, source: TraceSource, opts: BenchOptions):
     """A policy by name, trained on the bench's training split (or --train file) if it learns offline.
 
-    PBKV variants asking for the same predictor (kind, horizon, split, seed) share one training run.
+    PBKV variants asking for the same predictor (kind, horizon, split, seed) share one training run
+    (cached on the source, so one bench run never reuses what another trained).
     """
     policy = make_policy(name, seed=opts.seed, **opts.policy_options.get(name, {}))
     if not policy.needs_training:
         return policy
     key = None
     if hasattr(policy, "use_predictor"):
-        key = (str(source.path), source.train_workflows, opts.train_path, policy.predictor_kind,
-               policy.horizon, opts.seed, policy.train_epochs)
-        if key in _TRAINED:
-            policy.use_predictor(_TRAINED[key])
+        key = (source.train_workflows, opts.train_path, policy.predictor_kind, policy.horizon,
+               opts.seed, policy.train_epochs)
+        if key in source.trained:
+            policy.use_predictor(source.trained[key])
             return policy
     if opts.train_path:
         from agentrt.trace.reader import TraceReader
@@ -68,7 +68,7 @@ def make_trained_policy(name: str, source: TraceSource, opts: BenchOptions):
     else:
         policy.train(source.train_calls(), source.header.block_size)
     if key is not None and policy.predictor is not None:
-        _TRAINED[key] = policy.predictor
+        source.trained[key] = policy.predictor
     return policy
 
 
@@ -84,21 +84,66 @@ def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream
 
 
 def plan_split(source: TraceSource, policies: list[str], opts: BenchOptions) -> dict | None:
-    """Hold back training workflows when a requested policy learns offline (see docs/results.md)."""
+    """Hold back training workflows when a requested policy learns offline (see docs/results.md),
+    and every workflow a given saved predictor was trained on (bench.source.predictor_holdback)."""
+    from pathlib import PurePath
+
+    from agentrt.bench.source import predictor_holdback, warn_no_identity
     from agentrt.policies.registry import policy_class
-    needs = any(policy_class(p) is not None and policy_class(p).needs_training for p in policies)
-    if opts.train_path:
-        return {"source": opts.train_path, "workflows": None}
+    classes = {p: policy_class(p) for p in policies}
+    # PBKV's needs_training is a property (it trains unless given a predictor): on the class it is
+    # truthy, so the default split does not depend on --predictor and runs stay comparable
+    needs = any(c is not None and c.needs_training for c in classes.values())
+    warn_no_identity(source, [p for p, c in classes.items()
+                              if c is not None and (c.needs_tags or c.wants_events or c.needs_training)])
     frac = opts.train_fraction
     if frac is None:
-        frac = 0.25 if needs else 0.0
-    if not 0.0 <= frac < 1.0:
-        raise AgentrtError(f"--train-fraction must be in [0, 1), got {frac}")
-    k = int(source.workflows * frac)
+        frac = 0.25 if needs and not opts.train_path else 0.0
+    k = 0 if opts.train_path else source.split_size(frac)
+    paths = [str(o["predictor"]) for p, o in opts.policy_options.items()
+             if p in classes and isinstance(o.get("predictor"), (str, PurePath))]
+    k, notes = predictor_holdback(source, list(dict.fromkeys(paths)), k)
     source.train_workflows = k
-    if k == 0:
-        return None
-    return {"source": f"first {k} of {source.workflows} workflows of the trace", "workflows": k}
+    split = {"source": opts.train_path, "workflows": k or None} if opts.train_path else None
+    if k and not opts.train_path:
+        split = {"source": f"first {k} of {source.workflows} workflows of the trace", "workflows": k}
+    if split is not None and notes:
+        split["note"] = "; ".join(notes)
+    return split
+
+
+def run_oracle(source: TraceSource, opts: BenchOptions, order: list[tuple[str, int]],
+               passes: int = 2, progress: Callable[[int], None] | None = None) -> tuple[Simulator, int]:
+    """The in-simulator clairvoyant bound: replay under `OraclePolicy`, `passes` times.
+
+    The first pass takes its reference order (when each call is admitted) from `order`, an
+    earlier replay; each later pass takes the previous pass's own order, which is closer to the
+    oracle's timing. Every pass is a valid clairvoyant run, so the best one is kept.
+    Returns (the best pass's simulator, passes run).
+    """
+    from agentrt.policies.oracle import FutureUses, OraclePolicy
+    cfg = engine_config(opts, source.header.block_size)
+    conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
+    best = None
+    for i in range(passes):
+        future = FutureUses(source.eval_calls(), order, source.header.block_size)
+        sim = Simulator(cfg, OraclePolicy(future, seed=opts.seed), source.eval_calls(),
+                        concurrency=conc, record_stream=True, time_scale=opts.time_scale,
+                        progress=progress if i == 0 else None)
+        sim.run()
+        if best is None or sim.metrics.gpu_hit_tokens > best.metrics.gpu_hit_tokens:
+            best = sim
+        if sim.admitted == order:
+            return best, i + 1
+        order = sim.admitted
+    return best, passes
+
+
+def _offline_row(b) -> dict:
+    return {"hit_rate": b.hit_rate, "host_hit_rate": 0.0,
+            "prefill_tokens": b.prompt_tokens - b.hit_tokens,
+            "ttft_mean_s": None, "ttft_p99_s": None, "e2e_mean_s": None, "e2e_p99_s": None,
+            "throughput_tok_s": None, "bound": True, "offline": True}
 
 
 def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
@@ -117,7 +162,7 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
         hidden_lru = False
     results: dict[str, dict] = {}
     eval_calls = source.eval_calls_count if progress else 0
-    stream = None
+    stream = order = None
     sims = {}
     for name in real:
         cb = progress(name, eval_calls) if progress else None
@@ -125,28 +170,28 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
                          progress=cb)
         sims[name] = sim
         if name == "lru":
-            stream = sim.stream
+            stream, order = sim.stream, sim.admitted
         if not (hidden_lru and name == "lru"):
             results[name] = sim.metrics.summary()
     lru_metrics = sims["lru"].metrics if "lru" in sims else None
+    oracle_passes = None
     for name in want_bounds:
-        if name == "belady":
-            b = belady_bound(stream, bs, cfg.gpu_blocks)
+        if name in SIM_BOUNDS:
+            cb = progress(name, eval_calls) if progress else None
+            sim, oracle_passes = run_oracle(source, opts, order, progress=cb)
+            results[name] = dict(sim.metrics.summary(), bound=True)
+        elif name == "belady":
+            results[name] = _offline_row(belady_bound(stream, bs, cfg.gpu_blocks))
         else:
-            b = infinite_bound(stream, bs)
-        results[name] = {
-            "hit_rate": b.hit_rate, "host_hit_rate": 0.0,
-            "prefill_tokens": b.prompt_tokens - b.hit_tokens,
-            "ttft_mean_s": None, "ttft_p99_s": None, "e2e_mean_s": None, "e2e_p99_s": None,
-            "throughput_tok_s": None, "bound": True,
-        }
+            results[name] = _offline_row(infinite_bound(stream, bs))
     ordered = {p: results[p] for p in policies}
     first = next(iter(sims.values())).metrics
     config = asdict(opts)
     config.update(block_size=bs, gpu_blocks=cfg.gpu_blocks,
                   block_bytes=cfg.block_bytes,
                   concurrency=opts.concurrency if opts.concurrency is not None else source.header.concurrency,
-                  bounds_stream="lru" if want_bounds else None, train=split)
+                  bounds_stream="lru" if want_bounds else None, oracle_passes=oracle_passes,
+                  train=split)
     return {"trace": source.label, "calls": first.calls, "workflows": first.workflows,
             "config": config, "results": ordered,
             "lru_reference": lru_metrics.summary() if hidden_lru and lru_metrics else None}

@@ -2,16 +2,21 @@
 
 Every policy replays the same file, so all of them see exactly the same calls. A source can hold
 back its first `train_workflows` workflows (in order of first appearance) as a training split:
-policies that learn offline train on those, and every policy is scored on the rest.
+policies that learn offline train on those, and every policy is scored on the rest. The split's
+size is `split_size(fraction)`, the one rule `agentrt bench` and `agentrt train` share; a bench
+given a saved predictor also holds back every workflow the predictor was trained on
+(`predictor_holdback`, from the provenance `agentrt train` records).
 """
 
 from __future__ import annotations
 
 import tempfile
+import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentrt.errors import AgentrtError
 from agentrt.trace.reader import TraceReader
 from agentrt.trace.schema import Call, TraceHeader
 from agentrt.trace.writer import write_trace
@@ -28,9 +33,27 @@ class TraceSource:
     workflows: int        # workflows in the file
     train_workflows: int = 0
     _tmp: tempfile.TemporaryDirectory | None = None
+    agent_calls: int = -1   # calls that name their agent (-1: not counted)
+    # predictors trained on this source's split, shared by the policies asking for the same one
+    # (per source, not per process, so no run sees what another run trained)
+    trained: dict = field(default_factory=dict)
+    _digests: list[str] | None = None
 
     def reader(self) -> TraceReader:
         return TraceReader(self.path)
+
+    def split_size(self, fraction: float) -> int:
+        """Workflows in a training split of `fraction`: the first int(workflows x fraction)."""
+        if not 0.0 <= fraction < 1.0:
+            raise AgentrtError(f"--train-fraction must be in [0, 1), got {fraction}")
+        return int(self.workflows * fraction)
+
+    def workflow_digests(self) -> list[str]:
+        """Content digests of the workflows, in order of first appearance (computed once)."""
+        if self._digests is None:
+            from agentrt.predict.provenance import workflow_digests
+            self._digests = workflow_digests(self.reader())
+        return self._digests
 
     def _split(self, want_train: bool) -> Iterator[Call]:
         k = self.train_workflows
@@ -77,25 +100,27 @@ class TraceSource:
             self._tmp = None
 
 
-def _count(reader: TraceReader) -> tuple[int, int]:
-    """(calls, workflows), validating every line on the way."""
-    calls = workflows = 0
+def _count(reader: TraceReader) -> tuple[int, int, int]:
+    """(calls, workflows, calls naming their agent), validating every line on the way."""
+    calls = workflows = agents = 0
     open_wfs: set[str] = set()
     for c in reader:
         calls += 1
+        if c.agent is not None:
+            agents += 1
         if c.workflow not in open_wfs:
             workflows += 1
             open_wfs.add(c.workflow)
         if c.last:
             open_wfs.discard(c.workflow)
-    return calls, workflows
+    return calls, workflows, agents
 
 
 def file_source(path: str | Path) -> TraceSource:
     """A trace file; the whole file is validated once up front, so a bad line stops the run early."""
     reader = TraceReader(path)
-    calls, workflows = _count(reader)
-    return TraceSource(str(path), Path(path), reader.header, calls, workflows)
+    calls, workflows, agents = _count(reader)
+    return TraceSource(str(path), Path(path), reader.header, calls, workflows, agent_calls=agents)
 
 
 def workload_source(name: str, cfg: GenConfig) -> TraceSource:
@@ -104,6 +129,58 @@ def workload_source(name: str, cfg: GenConfig) -> TraceSource:
     path = Path(tmp.name) / f"{name}.jsonl"
     write_trace(path, wl.header(cfg), wl.generate(cfg))
     reader = TraceReader(path)
-    calls, workflows = _count(reader)
+    calls, workflows, agents = _count(reader)
     return TraceSource(f"workload:{name} (workflows={cfg.workflows}, seed={cfg.seed})", path,
-                       reader.header, calls, workflows, 0, tmp)
+                       reader.header, calls, workflows, 0, tmp, agents)
+
+
+class BenchWarning(UserWarning):
+    """A result that stands, with a caveat the user should read (printed on stderr)."""
+
+
+def warn_no_identity(source: TraceSource, agent_aware: list[str]) -> str | None:
+    """Warn when agent-aware policies run on a trace whose calls never name their agent."""
+    if source.agent_calls != 0 or not agent_aware:
+        return None
+    msg = (f"{source.label}: no call names its agent, so {', '.join(agent_aware)} will see agents "
+           f"inferred from prompt anchors (the hash of each prompt's leading tokens, i.e. its "
+           f"system prompt), not the framework's own agents")
+    warnings.warn(msg, BenchWarning, stacklevel=2)
+    return msg
+
+
+def predictor_holdback(source: TraceSource, paths: list[str], held: int) -> tuple[int, list[str]]:
+    """Workflows to hold back so that no scored workflow was in a saved predictor's training set.
+
+    `held`: the workflows the bench already holds back. A predictor that recorded its training
+    workflows (`agentrt train`) and was trained on some of this trace's workflows pushes the split
+    past the last of them (the split is always a prefix, so it then covers the predictor's
+    training split). Returns (workflows to hold back, notes for the result's config).
+    """
+    from agentrt.predict.provenance import read_provenance
+    notes: list[str] = []
+    for path in paths:
+        prov = read_provenance(path)
+        if prov is None:
+            warnings.warn(f"predictor {path} does not record what it was trained on (saved by an "
+                          f"older agentrt): cannot check that the scored workflows are not among its "
+                          f"training workflows; retrain it with `agentrt train`", BenchWarning,
+                          stacklevel=2)
+            continue
+        seen = set(prov["train_digests"])
+        last = max((i for i, d in enumerate(source.workflow_digests()) if d in seen), default=-1)
+        trained_on = f"{prov['train_workflows']} workflows of {prov['trace']}"
+        if last < 0:
+            notes.append(f"predictor {path} was trained on {trained_on}, none of them in this trace")
+        elif last < held:
+            notes.append(f"predictor {path} was trained on {trained_on}, all within the held-back split")
+        elif last + 1 >= source.workflows:
+            raise AgentrtError(f"predictor {path} was trained on {trained_on}, among them the last "
+                               f"workflow of {source.label}: no workflow is left to score it on "
+                               f"(retrain it with a smaller --train-fraction, or bench another trace)")
+        else:
+            held = last + 1
+            notes.append(f"predictor {path} was trained on {trained_on}, the last of them workflow "
+                         f"{held} of this trace: the first {held} workflows are held back and "
+                         f"every policy is scored on the rest")
+    return held, notes

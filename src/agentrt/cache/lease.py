@@ -1,4 +1,11 @@
-"""A running request's hold on the cache: its locked path and its reserved GPU blocks."""
+"""A running request's hold on the cache: its locked path and its reserved GPU blocks.
+
+The path grows from the cached prefix (`acquire`) through the prompt blocks the request computed
+(`commit_prompt`) to the output blocks it completed (`cache_output`); `node` is always its deepest
+block and `depth` its length. `reserved` counts GPU blocks held outside the tree: blocks still to
+compute, the partial last block, and output blocks taken one at a time as decoding crosses block
+boundaries (`grow`).
+"""
 
 from __future__ import annotations
 
@@ -14,12 +21,14 @@ class Lease:
     tenant: str
     hash_ids: list[int]
     n_full: int             # full (cacheable) prompt blocks
-    node: "Block"           # deepest locked block of the prompt path (the root if none)
+    node: "Block"           # deepest locked block of the path (the root if none)
     gpu_hit: int            # prompt blocks found on the GPU
     host_hit: int           # prompt blocks loaded from the host tier
     reserved: int           # GPU blocks still held outside the tree
-    committed: bool = False
+    committed: bool = False  # the whole prompt is in the tree: output blocks may extend it
     released: bool = False
+    depth: int = 0          # blocks on the locked path (hits, computed prompt blocks, outputs)
+    output_blocks: int = 0  # output blocks cached on the path
 
     @property
     def new_blocks(self) -> int:

@@ -4,10 +4,17 @@ Model
 - One tree per tenant; blocks are keyed by chained hash ids, so a prompt's blocks form a path
   from the tenant's root. Only full blocks are cached (a prompt's partial last block is not).
 - GPU tier: `gpu_capacity` blocks, shared by cached blocks and blocks reserved by running
-  requests (prompt blocks being computed, output and partial blocks). Host tier (optional,
-  `host_capacity` blocks, as SGLang HiCache / vLLM CPU offload): receives blocks evicted from the
-  GPU (exclusive tiers) and serves prefix hits by loading them back. A GPU block's parent is
-  always on the GPU; a host block's children are always on the host.
+  requests (prompt blocks being computed, the partial last block, output blocks). Host tier
+  (optional, `host_capacity` blocks, as SGLang HiCache / vLLM CPU offload): receives blocks
+  evicted from the GPU (exclusive tiers) and serves prefix hits by loading them back. A GPU
+  block's parent is always on the GPU; a host block's children are always on the host.
+- A request's lifecycle: `acquire` (lock the cached prefix, reserve the blocks its prefill
+  needs), `grow` (one more block each time decoding crosses a block boundary, evicting if none is
+  free; refused, changing nothing, when nothing is evictable), `commit_prompt` (computed prompt
+  blocks enter the tree, locked), `cache_output` (completed output blocks extend the same locked
+  path), `release` (unlock the path, return what is still reserved). A preempted request does
+  the same, with what it had computed so far. (`grow` and `cache_output` are in `decode.py`,
+  prefetch in `prefetch.py`, the eviction heaps in `heaps.py`.)
 - A running request locks every block on its path (`lock_ref`). Only unlocked GPU leaves (no
   GPU children) are evicted; a parent becomes a leaf when its last GPU child goes.
 - Eviction order: a heap of evictable leaves keyed by `policy.score(block)` (lowest first),
@@ -26,7 +33,9 @@ from collections.abc import Callable
 
 from agentrt.cache.block import GPU, HOST, Block
 from agentrt.cache.heaps import EvictionHeaps
+from agentrt.cache.decode import DecodeGrowth
 from agentrt.cache.lease import Lease
+from agentrt.cache.prefetch import Prefetching
 
 UNBOUNDED = 1 << 62
 
@@ -40,7 +49,7 @@ class _LRU:
         return block.last_touch
 
 
-class RadixKVCache(EvictionHeaps):
+class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
     """Blocks, tiers, locks and eviction heaps. See the module docstring for the model."""
 
     def __init__(self, gpu_capacity: int | None, host_capacity: int = 0, policy=None,
@@ -113,10 +122,10 @@ class RadixKVCache(EvictionHeaps):
         """Lock a prompt's cached prefix and reserve GPU space for the rest of the request.
 
         Matches the longest cached prefix (GPU blocks, then host blocks), loads the host part to
-        the GPU, reserves `n_full - matched + extra_blocks` blocks (prompt blocks to compute,
-        the partial block and the output blocks), evicting unlocked blocks as needed. Returns
-        None, changing nothing, if the request cannot fit even after evicting everything
-        evictable.
+        the GPU, reserves `n_full - matched + extra_blocks` blocks (prompt blocks to compute, and
+        what else its prefill needs: the partial block, the first output token's), evicting
+        unlocked blocks as needed. Returns None, changing nothing, if the request cannot fit
+        even after evicting everything evictable.
         """
         root = self.root(tenant)
         if n_full + extra_blocks > self.free + self.evictable and not self._fits(root, hash_ids, n_full, extra_blocks):
@@ -157,8 +166,8 @@ class RadixKVCache(EvictionHeaps):
         if self.host_used > self.host_capacity:
             self._evict_host(self.host_used - self.host_capacity)
         self.reserved += need - n_host
-        return Lease(tenant=tenant, hash_ids=hash_ids, n_full=n_full, node=node,
-                     gpu_hit=gpu_hit, host_hit=n_host, reserved=need - n_host)
+        return Lease(tenant=tenant, hash_ids=hash_ids, n_full=n_full, node=node, gpu_hit=gpu_hit,
+                     host_hit=n_host, reserved=need - n_host, depth=gpu_hit + n_host)
 
     def _fits(self, root: Block, hash_ids: list[int], n_full: int, extra_blocks: int) -> bool:
         """Exact admission check (slow path): blocks needed vs free + evictable after locking."""
@@ -186,15 +195,20 @@ class RadixKVCache(EvictionHeaps):
         hn.last_touch = self.touch_clock
         self.h2d_bytes += self.block_bytes
 
-    def commit_prompt(self, lease: Lease, now: float) -> int:
-        """Insert the prompt blocks the request computed; they stay locked. Returns blocks inserted."""
-        start = lease.gpu_hit + lease.host_hit
+    def commit_prompt(self, lease: Lease, now: float, upto: int | None = None) -> int:
+        """Insert the prompt blocks the request computed; they stay locked. Returns blocks inserted.
+
+        `upto` (a preempted prefill) inserts only the first `upto` prompt blocks, those its
+        chunks completed; the lease counts as committed once every prompt block is in.
+        """
+        start = lease.depth
+        end = lease.n_full if upto is None or upto > lease.n_full else upto
         node = lease.node
         hash_ids = lease.hash_ids
         tenant = lease.tenant
         clock = self.touch_clock
         created = 0
-        for i in range(start, lease.n_full):
+        for i in range(start, end):
             h = hash_ids[i]
             children = node.children
             child = children.get(h)
@@ -215,34 +229,30 @@ class RadixKVCache(EvictionHeaps):
         self.gpu_used += created
         self.locked_gpu += created
         self.reserved -= created
-        inserted = lease.n_full - start
+        inserted = end - start if end > start else 0
         lease.reserved -= inserted
+        lease.depth += inserted
         lease.node = node
-        lease.committed = True
+        lease.committed = lease.depth >= lease.n_full
         return inserted
 
-    def release(self, lease: Lease, output_hash_ids: list[int], now: float) -> int:
-        """A request finished: cache its output blocks, unlock its path, free its reservation.
+    def release(self, lease: Lease, output_hash_ids: list[int] = (), now: float = 0.0) -> int:
+        """The request finished (or was preempted): unlock its path, free its reservation.
 
-        Output blocks are inserted only if the whole prompt was cached (`commit_prompt`) and the
-        prompt has no partial block left unaccounted: they continue the prompt's chain.
+        Unlocked leaves enter the eviction heap scored now, so tag them first (`cache_output`,
+        then the runtime's `CallFinished`, then `release`). `output_hash_ids`, if given, are cached
+        first (`cache_output`). Returns the output blocks that call inserted.
         """
-        inserted = 0
-        node = lease.node
-        if lease.committed:
-            for h in output_hash_ids:
-                if lease.reserved <= 0:
-                    break
-                node = self._insert_child(node, h, locked=False)
-                lease.reserved -= 1
-                inserted += 1
+        if lease.released:
+            return 0
+        before = lease.output_blocks
+        if output_hash_ids:
+            self.cache_output(lease, output_hash_ids)
         self.reserved -= lease.reserved
         lease.reserved = 0
-        if node is not lease.node and node.lock_ref == 0 and node.tier == GPU and node.gpu_children == 0:
-            self._push(node)
         self._unlock_path(lease.node)
         lease.released = True
-        return inserted
+        return lease.output_blocks - before
 
     def _insert_child(self, parent: Block, hash_id: int, locked: bool) -> Block:
         child = parent.children.get(hash_id)
@@ -280,59 +290,6 @@ class RadixKVCache(EvictionHeaps):
                         self._push(node)
                 elif node.tier == HOST and not node.children:
                     self._push_host(node)
-            node = node.parent
-
-    # ------------------------------------------------------------------ prefetch
-    def lookup(self, tenant: str, hash_ids: list[int]) -> Block | None:
-        """The deepest block of `hash_ids`' path present in either tier (None if not even the first)."""
-        node = self.roots.get(tenant)
-        if node is None:
-            return None
-        found = None
-        for h in hash_ids:
-            node = node.children.get(h)
-            if node is None:
-                break
-            found = node
-        return found
-
-    def prefetch(self, node: Block, now: float, max_blocks: int, evict_below=None) -> list[Block]:
-        """Load host-tier blocks on the path to `node` into the GPU, top down, off any request.
-
-        Uses free GPU blocks; with `evict_below`, may also evict GPU blocks whose key is strictly
-        lower. Stops at the first block it cannot place. Returns the blocks loaded.
-        """
-        path = node.path()
-        start = 0
-        while start < len(path) and path[start].tier == GPU:
-            start += 1
-        if start == len(path) or path[start].tier != HOST or max_blocks <= 0:
-            return []
-        anchor = path[start - 1] if start else self.root(node.tenant)
-        self._lock_path(anchor)          # keep the GPU part of the path (and what we load) in place
-        loaded: list[Block] = []
-        last = anchor
-        for b in path[start:]:
-            if b.tier != HOST or len(loaded) >= max_blocks:
-                break
-            if self.free <= 0:
-                victim = self._peek() if evict_below is not None else None
-                if victim is None or not victim[0] < evict_below or self.evict(1) == 0:
-                    break
-            b.lock_ref += 1
-            self._load(b)
-            loaded.append(b)
-            last = b
-        if self.host_used > self.host_capacity:
-            self._evict_host(self.host_used - self.host_capacity)
-        self._unlock_path(last)
-        return loaded
-
-    def _lock_path(self, node: Block) -> None:
-        while node is not None:
-            if node.lock_ref == 0 and node.tier == GPU and node.parent is not None:
-                self.locked_gpu += 1
-            node.lock_ref += 1
             node = node.parent
 
     # ------------------------------------------------------------------ checking

@@ -41,8 +41,7 @@ class RuntimeActions:
         info = ev.CallInfo(rid=self._rid, workflow=f"__warmup__{self._rid}", agent=a.agent,
                            tenant=a.tenant, index=0, hash_ids=ids, input_length=n_in,
                            output_length=1, block_size=bs, warmup=True)
-        total = -(-(n_in + 1) // bs)
-        r = Request(info, None, self.now, total - n_in // bs)
+        r = Request(info, None, self.now)
         self.waiting.append(r)
         if self._events:
             self._observe(ev.CallArrived(self.now, info))

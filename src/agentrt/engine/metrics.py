@@ -5,6 +5,9 @@ served from the GPU tier (or loaded from the host tier) / prompt tokens. Like vL
 prompt still computes its last token, so a call's hit is capped at input_length - 1.
 Throughput is prompt plus generated tokens of user calls per simulated second, from the first
 arrival to the last finish.
+Prompt tokens, hits and prefill tokens are counted at a user call's first admission only; a
+call preempted and admitted again adds to `preemptions` and to `recompute_tokens` (tokens it had
+in its KV that its new prefill computes again), never to the hit rate or a second TTFT.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ import numpy as np
 
 def _mean(xs: list[float]) -> float:
     return float(np.mean(xs)) if xs else 0.0
+
+
+def _p90(xs: list[float]) -> float:
+    return float(np.percentile(xs, 90)) if xs else 0.0
 
 
 def _p99(xs: list[float]) -> float:
@@ -40,6 +47,8 @@ class Metrics:
     h2d_bytes: int = 0
     d2h_bytes: int = 0
     prefetch_blocks: int = 0
+    preemptions: int = 0
+    recompute_tokens: int = 0
     first_arrival: float | None = None
     last_finish: float = 0.0
     wall_seconds: float = 0.0
@@ -55,6 +64,7 @@ class Metrics:
             "host_hit_rate": self.host_hit_tokens / pt,
             "prefill_tokens": self.prefill_tokens,
             "ttft_mean_s": _mean(self.ttft),
+            "ttft_p90_s": _p90(self.ttft),
             "ttft_p99_s": _p99(self.ttft),
             "e2e_mean_s": _mean(self.e2e),
             "e2e_p99_s": _p99(self.e2e),
@@ -68,6 +78,8 @@ class Metrics:
             "pcie_d2h_bytes": self.d2h_bytes,
             "evictions": self.evictions,
             "prefetch_blocks": self.prefetch_blocks,
+            "preemptions": self.preemptions,
+            "recompute_tokens": self.recompute_tokens,
             "warmup_calls": self.warmup_calls,
             "warmup_prefill_tokens": self.warmup_prefill_tokens,
             "oversize_calls": self.oversize_calls,

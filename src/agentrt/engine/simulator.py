@@ -4,15 +4,24 @@ Model (vLLM V1 / SGLang style)
 - Continuous batching: each iteration runs one decode token for every decoding request and fills
   the rest of a token budget (`max_batch_tokens`) with prefill chunks in admission order
   (chunked prefill); at most `max_running` requests run at once. Waiting requests are admitted
-  FCFS; when the head does not fit in GPU memory it waits (no skipping, no preemption).
+  FCFS; when the head does not fit in GPU memory it waits (no skipping).
 - Admission locks the prompt's cached prefix and reserves GPU blocks for the rest of the prompt,
-  its partial last block and its output. Host-tier hits are loaded over PCIe, a serial link: the
-  request starts its prefill when its load is done. Computed prompt blocks enter the cache when
-  the prefill completes (the iteration that also emits the first token); output blocks when the
-  request finishes.
+  its partial last block and the first output token (all prompt blocks at once, not per chunk).
+  Host-tier hits are loaded over PCIe, a serial link: the request starts its prefill when its
+  load is done. Computed prompt blocks enter the cache when the prefill completes (the iteration
+  that also emits the first token).
+- Output blocks are allocated as decoding crosses block boundaries, evicting cache if none is
+  free and else preempting the most recently admitted request (recompute; `preemption.py`).
+  Running requests get their blocks before waiting ones are admitted, and none is admitted in an
+  iteration that preempted. Completed output blocks enter the cache when the request finishes,
+  locked on its path until the runtime has tagged them.
 - Iteration time comes from `CostModel`. Stretches of decode-only iterations are fast-forwarded
-  step by step without touching the requests, so cost follows events, not tokens.
-- A request that cannot fit in the whole GPU pool is served without the cache (`oversize_calls`).
+  step by step without touching the requests, so cost follows events, not tokens; a stretch
+  takes the blocks it crosses into at its start and ends before any step that would preempt.
+- A request that cannot fit in the whole GPU pool (prompt and output) is served without the
+  cache (`oversize_calls`).
+Arrival, admission, prefill completion and finish are in `lifecycle.py`, runtime actions in
+`actions.py`, block growth and preemption in `preemption.py`.
 The replay (`replay.py`) decides when calls arrive; the policy decides eviction order and may
 issue actions (`act`) between iterations.
 """
@@ -27,11 +36,12 @@ from dataclasses import dataclass
 from agentrt.cache.radix import RadixKVCache
 from agentrt.engine.actions import RuntimeActions
 from agentrt.engine.costs import CostModel
+from agentrt.engine.lifecycle import RequestLifecycle
 from agentrt.engine.metrics import Metrics
+from agentrt.engine.preemption import Preemption
 from agentrt.engine.presets import Preset
 from agentrt.engine.replay import WorkflowReplay
-from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, Request
-from agentrt.runtime import events as ev
+from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, WAITING, Request
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.runtime import AgentRuntime
 from agentrt.trace.schema import Call
@@ -61,7 +71,7 @@ class EngineConfig:
         return self.preset.model.kv_bytes_per_token * self.block_size
 
 
-class Simulator(RuntimeActions):
+class Simulator(RequestLifecycle, RuntimeActions, Preemption):
     def __init__(self, config: EngineConfig, policy: Policy | AgentRuntime, calls: Iterator[Call],
                  concurrency: int | None = None, record_stream: bool = False,
                  time_scale: float = 1.0,
@@ -75,11 +85,14 @@ class Simulator(RuntimeActions):
         self.replay = WorkflowReplay(calls, concurrency, time_scale)
         self.metrics = Metrics()
         self.stream: list | None = [] if record_stream else None
+        # (workflow, call index) of user calls in admission order: the oracle's reference order
+        self.admitted: list[tuple[str, int]] | None = [] if record_stream else None
         self.progress = progress
         self.now = 0.0
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._admit_blocked = False
+        self._preempted = False          # a request was preempted in this iteration
         self._pcie_free = 0.0
         self._rid = 0
         self._events = self.runtime.wants_events
@@ -96,6 +109,7 @@ class Simulator(RuntimeActions):
         t0 = time.perf_counter()
         cost = self.cost
         budget_max = self.config.max_batch_tokens
+        bs = self.config.block_size
         replay = self.replay
         while True:
             for t, c in replay.pop_arrivals(self.now):
@@ -108,20 +122,39 @@ class Simulator(RuntimeActions):
                 continue
             if self._acts:
                 self._act()
-            if self.waiting and not self._admit_blocked:
-                self._admit()
             now = self.now
             decode = []
             ctx = 0
             loading_until = None
+            needy = None
             for r in self.running:
-                if r.state == DECODE:
+                st = r.state
+                if st == DECODE:
+                    if not r.context % bs and r.lease is not None:   # its next token opens a block
+                        if needy is None:
+                            needy = [(r.lease, 1)]
+                        else:
+                            needy.append((r.lease, 1))
                     decode.append(r)
                     ctx += r.context
-                elif r.state == LOADING:
+                elif st == LOADING:
                     if r.ready_at <= now:
                         r.state = PREFILL
                     elif loading_until is None or r.ready_at < loading_until:
+                        loading_until = r.ready_at
+            if needy is not None and not self.cache.grow_all(needy, len(needy)):
+                self._take_blocks(decode)
+                decode = [r for r in decode if r.state == DECODE]
+                ctx = sum(r.context for r in decode)
+            preempted = self._preempted
+            if preempted:
+                self._preempted = False
+                self.running = [r for r in self.running if r.state != WAITING]
+            elif self.waiting and not self._admit_blocked:
+                n0 = len(self.running)
+                self._admit()
+                for r in self.running[n0:]:
+                    if r.state == LOADING and (loading_until is None or r.ready_at < loading_until):
                         loading_until = r.ready_at
             tokens = len(decode)
             pairs = float(ctx)
@@ -140,6 +173,8 @@ class Simulator(RuntimeActions):
                         if budget <= 0:
                             break
             if tokens == 0:
+                if preempted:
+                    continue         # admit in the next iteration
                 nxt = replay.next_arrival()
                 cands = [t for t in (nxt, loading_until) if t is not None]
                 if not cands:
@@ -176,149 +211,45 @@ class Simulator(RuntimeActions):
 
     def _fast_forward(self, decode: list[Request], ctx: int, steps_max: int,
                       loading_until: float | None) -> bool:
-        """Run up to `steps_max` decode-only iterations that change no request's state."""
+        """Run up to `steps_max` decode-only iterations that change no request's state, taking the
+        blocks they cross into at the start; stop before a step that would have to preempt."""
         limit = self.replay.next_arrival()
         if loading_until is not None and (limit is None or loading_until < limit):
             limit = loading_until
         if limit is None:
             limit = float("inf")
-        t = self.now
         b = len(decode)
-        steps = 0
+        bs = self.config.block_size
         it = self.cost.iteration
-        while steps < steps_max and t < limit:
-            t += it(b, ctx, ctx)
-            ctx += b
-            steps += 1
-        if steps == 0:
-            return False
+        ctx0 = ctx
+        while True:
+            t = self.now
+            ctx = ctx0
+            steps = 0
+            while steps < steps_max and t < limit:
+                t += it(b, ctx, ctx)
+                ctx += b
+                steps += 1
+            if steps == 0:
+                return False
+            wants = []
+            total = 0
+            for r in decode:
+                c = r.context
+                r.context = c + steps
+                r.output_left -= steps
+                if r.lease is not None:
+                    n = (c + steps - 1) // bs - c // bs     # see Preemption._ff_blocks
+                    if n:
+                        wants.append((r.lease, n))
+                        total += n
+            if not total or self.cache.grow_all(wants, total):
+                break
+            for r in decode:                 # rare: the pool runs out within the stretch
+                r.context -= steps
+                r.output_left += steps
+            steps_max = self._ff_fit(decode, steps)
         self._last_decode_only = True
         self._last_iter_s = t - self.now
         self.now = t
-        for r in decode:
-            r.output_left -= steps
-            r.context += steps
         return True
-
-    # ------------------------------------------------------------------ request lifecycle
-    def _arrive(self, t: float, c: Call) -> None:
-        self._rid += 1
-        bs = self.config.block_size
-        info = ev.CallInfo(rid=self._rid, workflow=c.workflow, agent=c.agent, tenant=c.tenant,
-                           index=c.call, hash_ids=c.hash_ids, input_length=c.input_length,
-                           output_length=c.output_length, block_size=bs, signal=c.signal,
-                           agent_explicit=c.agent is not None)
-        total_blocks = -(-(c.input_length + c.output_length) // bs)
-        r = Request(info, c, t, total_blocks - c.input_length // bs)
-        m = self.metrics
-        if m.first_arrival is None or t < m.first_arrival:
-            m.first_arrival = t
-        self.waiting.append(r)
-        if self._events:
-            self._observe(ev.CallArrived(self.now, info))
-
-    def _admit(self) -> None:
-        cache = self.cache
-        bs = self.config.block_size
-        now = self.now
-        m = self.metrics
-        while self.waiting and len(self.running) < self.config.max_running:
-            r = self.waiting[0]
-            info = r.info
-            n_full = info.input_length // bs
-            if n_full + r.extra_blocks > cache.gpu_capacity:
-                r.oversize = True
-                r.state = PREFILL
-                lease = None
-            else:
-                lease = cache.acquire(info.tenant, info.hash_ids, n_full, r.extra_blocks, now)
-                if lease is None:
-                    self._admit_blocked = True
-                    return
-            self.waiting.popleft()
-            self.running.append(r)
-            r.lease = lease
-            gpu_tok = host_tok = 0
-            if lease is not None:
-                cap = info.input_length - 1
-                gpu_tok = min(lease.gpu_hit * bs, cap)
-                host_tok = min((lease.gpu_hit + lease.host_hit) * bs, cap) - gpu_tok
-                if lease.host_hit:
-                    start = max(now, self._pcie_free)
-                    self._pcie_free = start + self.cost.pcie_seconds(lease.host_hit * self.config.block_bytes)
-                    r.ready_at = self._pcie_free
-                    r.state = LOADING
-                else:
-                    r.state = PREFILL
-                if self._inflight and lease.gpu_hit:
-                    self._wait_for_prefetch(r, lease, now)
-                m.block_touches += lease.gpu_hit + lease.host_hit
-            r.hit_tokens = gpu_tok + host_tok
-            r.context = r.hit_tokens
-            r.prefill_left = info.input_length - r.hit_tokens
-            if info.warmup:
-                m.warmup_calls += 1
-                m.warmup_prefill_tokens += r.prefill_left
-            else:
-                m.prompt_tokens += info.input_length
-                m.gpu_hit_tokens += gpu_tok
-                m.host_hit_tokens += host_tok
-                m.prefill_tokens += r.prefill_left
-                if r.oversize:
-                    m.oversize_calls += 1
-                if self.stream is not None:
-                    self.stream.append((info.tenant, info.hash_ids[:n_full], info.input_length, True))
-            if self._events and lease is not None:
-                self._observe(ev.CallAdmitted(now, info, lease.node, lease.gpu_hit, lease.host_hit))
-
-    def _prefill_done(self, r: Request) -> None:
-        now = self.now
-        if r.lease is not None:
-            inserted = self.cache.commit_prompt(r.lease, now)
-            self.metrics.block_touches += inserted
-            if self._events:
-                self._observe(ev.PromptCached(now, r.info, r.lease.node, inserted))
-        if not r.info.warmup:
-            self.metrics.ttft.append(now - r.arrival)
-        if r.info.output_length > 0:
-            r.output_left -= 1
-            r.context += 1
-        if r.output_left <= 0:
-            self._finish(r)
-        else:
-            r.state = DECODE
-
-    def _finish(self, r: Request) -> None:
-        now = self.now
-        r.state = DONE
-        info = r.info
-        m = self.metrics
-        node = None
-        if r.lease is not None:
-            ohids = r.call.output_hash_ids if r.call is not None else []
-            m.block_touches += self.cache.release(r.lease, ohids, now)
-            node = r.lease.node
-            if ohids and self.stream is not None and not info.warmup:
-                self.stream.append((info.tenant, ohids, r.lease.n_full, False))
-        self._admit_blocked = False
-        if info.warmup:
-            if self._events:
-                self._observe(ev.CallFinished(now, info, node, False))
-            return
-        m.calls += 1
-        m.output_tokens += info.output_length
-        if now > m.last_finish:
-            m.last_finish = now
-        tool_call, ended = self.replay.finish(r.call, now)
-        if self._events:
-            self._observe(ev.CallFinished(now, info, node, tool_call))
-        if ended is not None:
-            m.workflows += 1
-            m.e2e.append(now - (ended.first_arrival if ended.first_arrival is not None else r.arrival))
-            if self._events:
-                self._observe(ev.WorkflowEnded(now, info.workflow, info.tenant))
-        if self.progress is not None:
-            self.progress(1)
-
-    def _on_evict(self, blocks: list, demoted: bool) -> None:
-        self._observe(ev.BlocksEvicted(self.now, blocks, demoted))

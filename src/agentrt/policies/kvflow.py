@@ -19,7 +19,7 @@ blocks first.
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import deque
 
 from agentrt.runtime import events as ev
 from agentrt.runtime.actions import Prefetch
@@ -43,7 +43,9 @@ class KVFlowPolicy(Policy):
         super().__init__(seed)
         self.prefetch = prefetch
         self.prefetch_blocks = prefetch_blocks
-        self.edges: dict[str, set[str]] = defaultdict(set)
+        # successors as insertion-ordered dicts, not sets: `act` prefetches in this order, and a
+        # set of strings would order them by PYTHONHASHSEED
+        self.edges: dict[str, dict[str, None]] = {}
         self.dist: dict[str, dict[str, int]] = {}
         self.trained_calls = 0
 
@@ -54,9 +56,9 @@ class KVFlowPolicy(Policy):
             agent = call_agent(c, block_size)
             prev = last.get(c.workflow)
             if prev is not None:
-                self.edges[prev].add(agent)
+                self.edges.setdefault(prev, {})[agent] = None
             else:
-                self.edges.setdefault(agent, set())
+                self.edges.setdefault(agent, {})
             last[c.workflow] = agent
             if c.last:
                 last.pop(c.workflow, None)

@@ -83,7 +83,7 @@ class PBKVHEPolicy(PBKVLAEPolicy):
         self.horizon = horizon
         self.train_epochs = train_epochs
         self._rng = np.random.default_rng(seed)
-        self._dirty: set = set()
+        self._dirty: dict[str, None] = {}    # an insertion-ordered set: batches in event order
         self._out: dict[str, np.ndarray] = {}      # workflow -> (K, V+1) latest prediction
         self._index: dict[str, int] = {}
         self._weights = None
@@ -116,10 +116,10 @@ class PBKVHEPolicy(PBKVLAEPolicy):
         t = type(e)
         if t is ev.CallArrived or t is ev.CallFinished:
             if not e.call.warmup:
-                self._dirty.add(e.call.workflow)
+                self._dirty[e.call.workflow] = None
                 self.epoch += 1
         elif t is ev.WorkflowEnded:
-            self._dirty.discard(e.workflow)
+            self._dirty.pop(e.workflow, None)
             self._out.pop(e.workflow, None)
             self.epoch += 1
 

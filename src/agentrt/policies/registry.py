@@ -1,7 +1,10 @@
 """Policies by name: every policy the CLI, the simulator, the vLLM connector and the server can run.
 
-`belady` and `infinite` are offline bounds computed from a replay's block-access stream, not
-policies an engine can run; they are listed here so that every tool accepts the same names.
+The bounds are not policies an engine can run; they are listed here so that every tool accepts
+the same names, and engines other than the simulator refuse them. `oracle` is a clairvoyant
+eviction policy that `agentrt bench` runs inside the simulator (same memory accounting as every
+policy: the reachable bound); `belady` and `infinite` are offline bounds computed from a replay's
+block-access stream (they ignore the memory running requests hold).
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ from collections.abc import Callable
 from agentrt.errors import AgentrtError, unknown_name
 from agentrt.runtime.policy import Policy
 
-BOUNDS = ("belady", "infinite")
+BOUNDS = ("oracle", "belady", "infinite")
+SIM_BOUNDS = ("oracle",)      # bounds that run in the simulator, with timings
 
 _FACTORIES: dict[str, Callable[..., Policy]] = {}
 _DESCRIPTIONS: dict[str, str] = {
-    "belady": "clairvoyant MIN with bypass at the same GPU capacity (offline bound)",
+    "oracle": "clairvoyant eviction, next use from the trace, under the simulator's memory accounting (bound)",
+    "belady": "clairvoyant MIN with bypass at the same GPU capacity, ignoring running requests' memory (offline bound)",
     "infinite": "unbounded cache (offline bound)",
 }
 
@@ -32,9 +37,10 @@ def _ensure_builtin() -> None:
     from agentrt.policies.kvflow import KVFlowPolicy
     from agentrt.policies.lru import LRUPolicy
     from agentrt.policies.pbkv import PBKVAggressivePolicy, PBKVHEPolicy, PBKVLAEPolicy, PBKVPolicy
+    from agentrt.policies.pbkv_time import PBKVTimePolicy
     from agentrt.policies.ttl import TTLPolicy
     for cls in (LRUPolicy, CacheSagePolicy, KVFlowPolicy, TTLPolicy, PBKVLAEPolicy, PBKVHEPolicy,
-                PBKVPolicy, PBKVAggressivePolicy):
+                PBKVPolicy, PBKVAggressivePolicy, PBKVTimePolicy):
         register(cls.name, cls, cls.description)
 
 

@@ -3,7 +3,8 @@
 Kinds: `graphsage` (default), `rgcn` (agentrt.predict.neural) and `markov`
 (agentrt.predict.markov). A saved predictor is one file: `torch.save` of a plain dict (format tag,
 kind, agents, horizon, config, and the kind's state: counts for markov; G's features and the
-state_dict for the neural kinds), read back with `torch.load(weights_only=True)`, so loading
+state_dict for the neural kinds; and, from `agentrt train`, the provenance of its training data,
+see agentrt.predict.provenance), read back with `torch.load(weights_only=True)`, so loading
 never runs pickled code. `train_predictor` splits by workflow (seeded), trains on the rest and
 reports per-step top-1 and log loss on the held-out workflows, plus the training time.
 """
@@ -104,8 +105,25 @@ def save_dict(d: dict, path: str | Path) -> None:
     torch.save({"format": FORMAT, **d}, p)
 
 
+def save_predictor(predictor, path: str | Path, provenance: dict | None = None) -> None:
+    """Save `predictor`, with the provenance of its training data when known."""
+    d = predictor.to_dict()
+    if provenance is not None:
+        d["provenance"] = provenance
+    save_dict(d, path)
+
+
 def load_predictor(path: str | Path):
-    """The predictor saved at `path`, of whichever kind it is."""
+    """The predictor saved at `path`, of whichever kind it is; its `provenance` attribute holds
+    what it was trained on (None for a file that does not record it)."""
+    d = load_dict(path)
+    pred = _class(d.get("kind", "")).from_dict(d)
+    pred.provenance = d.get("provenance")
+    return pred
+
+
+def load_dict(path: str | Path) -> dict:
+    """The plain dict of a predictor file (checked to be one)."""
     p = Path(path)
     if not p.is_file():
         raise AgentrtError(f"{path}: no such predictor file")
@@ -119,4 +137,4 @@ def load_predictor(path: str | Path):
         raise AgentrtError(f"{path}: not a predictor file ({type(e).__name__})") from None
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise AgentrtError(f"{path}: not a predictor file (expected format {FORMAT})")
-    return _class(d.get("kind", "")).from_dict(d)
+    return d

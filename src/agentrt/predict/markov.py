@@ -21,6 +21,7 @@ from agentrt.predict.base import PathState, WorkflowSample
 
 class MarkovPredictor:
     kind: ClassVar[str] = "markov"
+    provenance: dict | None = None    # what it was trained on, once saved by `agentrt train`
 
     def __init__(self, horizon: int = 4, eps: float = 0.05) -> None:
         if horizon < 1:

@@ -199,6 +199,7 @@ class GraphSAGEPredictor:
     """The GraphSAGE predictor; `RGCNPredictor` swaps the graph layer, nothing else."""
     kind: ClassVar[str] = "graphsage"
     conv: ClassVar[str] = "sage"
+    provenance: dict | None = None    # what it was trained on, once saved by `agentrt train`
 
     def __init__(self, horizon: int = 4, **opts) -> None:
         if horizon < 1:

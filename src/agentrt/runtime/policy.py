@@ -38,6 +38,7 @@ class Policy:
     wants_events: ClassVar[bool] = False  # engines skip building events for policies that don't
     needs_tags: ClassVar[bool] = False    # the runtime tags blocks with the threads that used them
     acts: ClassVar[bool] = False          # engines call `act` between scheduler steps
+    untags_dead_branches: ClassVar[bool] = False  # the runtime untags a thread's abandoned history
 
     def __init__(self, seed: int = 0) -> None:
         self.epoch = 0

@@ -11,7 +11,9 @@ needs, once:
 - agent profiles: each agent's anchor blocks (confirmed by two or more workflows) and mean think
   time after its calls; at most `max_agents`, least recently seen dropped first;
 - block tags (only for policies with `needs_tags`): which threads used each cached block, written
-  when a call finishes, before its blocks can be evicted.
+  when a call finishes, before its blocks can be evicted; for policies with
+  `untags_dead_branches`, a thread leaves the blocks of a history branch it abandoned
+  (`branches.py`).
 Then it forwards the event to the policy. Warm-up calls are forwarded but never learned from.
 """
 
@@ -21,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from agentrt.runtime import events as ev
+from agentrt.runtime.branches import untag_dead_branch
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.state import AgentProfile, Thread, WorkflowState, tag_block
 
@@ -57,6 +60,7 @@ class AgentRuntime:
         self._events = 0
         self.touch_clock: Callable[[], int] = lambda: 0
         self.tags = policy.needs_tags
+        self.untag_branches = policy.needs_tags and policy.untags_dead_branches
         self.wants_events = policy.wants_events or policy.needs_tags
         self.errors = 0
         policy.bind(self)
@@ -167,6 +171,11 @@ class AgentRuntime:
         wf.last_agent = th.agent
         node = e.node
         if node is not None:
+            old = th.last_node
+            if (self.untag_branches and old is not None and old is not node
+                    and th not in self._calls.values()):
+                # (with a parallel call of the same thread in flight, both branches are live)
+                untag_dead_branch(old, node, th)
             th.last_node = node
             if self.tags:
                 self._tag_path(node, th)

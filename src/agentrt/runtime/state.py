@@ -7,8 +7,11 @@
 - `AgentProfile`: what is known of an agent across workflows: its anchor (the leading blocks
   all its calls share, i.e. its system prompt and tools), calls seen, think times after its calls.
 - Block tags: `Block.meta` holds the thread that used the block (most blocks have one user) or,
-  once a second thread uses it, a `BlockTag` with the set of them; `threads_of(meta)` reads
+  once a second thread uses it, a `BlockTag` with all of them; `threads_of(meta)` reads
   either. Tags hold threads of ended workflows only until the next prune, so they stay bounded.
+  A tag keeps its threads in an insertion-ordered dict, not a set: a set of Threads iterates in
+  id() (memory address) order, which depends on what ran before in the process, and policies
+  sum floats over a block's threads, so the order must follow the replay alone.
 """
 
 from __future__ import annotations
@@ -97,27 +100,30 @@ class BlockTag:
     __slots__ = ("threads",)
     PRUNE_AT = 16
 
-    def __init__(self, threads: set[Thread] | None = None) -> None:
-        self.threads: set[Thread] = threads if threads is not None else set()
+    def __init__(self, threads: "dict[Thread, None] | None" = None) -> None:
+        # a dict used as an insertion-ordered set (see the module docstring)
+        self.threads: dict[Thread, None] = threads if threads is not None else {}
 
     def add(self, t: Thread) -> None:
         ts = self.threads
-        ts.add(t)
+        ts[t] = None
         if len(ts) > self.PRUNE_AT:
-            self.threads = {x for x in ts if not x.workflow.ended}
+            self.threads = {x: None for x in ts if not x.workflow.ended}
 
-    def active_threads(self):
+    def active_threads(self) -> list[Thread]:
         return [t for t in self.threads if not t.workflow.ended]
 
-    def agents(self) -> set[str]:
-        return {t.agent for t in self.threads}
+    def agents(self) -> list[str]:
+        """Agents of the tag's threads, each once, in the order they first used the block."""
+        return list(dict.fromkeys(t.agent for t in self.threads))
 
 
 _NONE: tuple = ()
 
 
-def threads_of(meta) -> "tuple[Thread, ...] | set[Thread]":
-    """The threads recorded in a block's `meta` (None, one Thread, or a BlockTag)."""
+def threads_of(meta) -> "tuple[Thread, ...] | dict[Thread, None]":
+    """The threads recorded in a block's `meta` (None, one Thread, or a BlockTag), in the order
+    they first used the block; iterate it, never rely on more than iteration and `in`."""
     if meta is None:
         return _NONE
     if type(meta) is Thread:
@@ -133,7 +139,7 @@ def tag_block(block, th: Thread) -> bool:
     elif meta is th:
         return False
     elif type(meta) is Thread:
-        block.meta = BlockTag({meta, th})
+        block.meta = BlockTag({meta: None, th: None})
     elif th in meta.threads:
         return False
     else:

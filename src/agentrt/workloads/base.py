@@ -8,6 +8,10 @@ frameworks build them: the agent's system prompt and tool definitions first (its
 by every workflow), then the task, then the history that agent sees; an agent called again
 extends its earlier prompt and output (`AgentThread`).
 
+Tool time: a call that reads a tool's result is issued `think_ms` after its predecessor; the
+generators draw it from the named distributions of `workloads.tools` (`WorkflowBuilder.tool`), and
+`GenConfig.tool_scale` multiplies every think time where the builder records it.
+
 Arrivals: Poisson at `rate` workflows per second, or closed loop with `concurrency` workflows at
 once (written to the header; all timestamps 0). Everything is deterministic given `seed`.
 
@@ -33,6 +37,7 @@ import numpy as np
 
 from agentrt.trace.schema import Call, TraceHeader
 from agentrt.workloads.hashing import BlockHasher, Segment
+from agentrt.workloads.tools import tool_ms
 
 
 @dataclass(slots=True)
@@ -45,6 +50,7 @@ class GenConfig:
     noise: float = 0.3                 # noise of the per-call `signal` around the hidden state
     tenant: str = "default"
     signal_dim: int = 8
+    tool_scale: float = 1.0            # multiplies every tool and think time (`think_ms`) drawn
 
     def __post_init__(self) -> None:
         if self.workflows <= 0:
@@ -57,6 +63,13 @@ class GenConfig:
             self.concurrency = 16
         if not 0.0 <= self.noise <= 10.0:
             raise ValueError(f"noise must be in [0, 10], got {self.noise}")
+        if not (self.tool_scale > 0 and math.isfinite(self.tool_scale)):
+            raise ValueError(f"tool_scale must be > 0, got {self.tool_scale}")
+
+
+def scale_note(cfg: GenConfig) -> str:
+    """What a trace's header description says about a non-default `tool_scale`."""
+    return "" if cfg.tool_scale == 1.0 else f" (tool and think times x{cfg.tool_scale:g})"
 
 
 @lru_cache(maxsize=4096)
@@ -115,6 +128,10 @@ class WorkflowBuilder:
             t = self.threads[agent] = AgentThread()
         return t
 
+    def tool(self, name: str) -> float:
+        """How long tool `name` runs this time (ms, before `tool_scale`): see `workloads.tools`."""
+        return tool_ms(name, self.rng)
+
     def call(self, agent: str, new_segments: list[Segment], output_tokens: int, *,
              after: list[int] | None = None, think_ms: float = 0.0,
              signal: list[float] | None = None, output_key: Hashable | None = None,
@@ -124,7 +141,8 @@ class WorkflowBuilder:
         Returns the call index; the output becomes part of the agent's thread under `output_key`
         (default: a key unique to this call), so other agents can be shown the same content.
         `thread` (default: the agent's name) selects the history: parallel instances of one agent
-        keep separate threads (see `fork`).
+        keep separate threads (see `fork`). `think_ms` (tool, human or framework time before the
+        call) is multiplied by `GenConfig.tool_scale` here, so no generator can forget it.
         """
         idx = len(self.calls)
         th = self.thread(thread if thread is not None else agent)
@@ -139,8 +157,8 @@ class WorkflowBuilder:
                  output_length=out_seg[1], hash_ids=hash_ids, agent=agent,
                  timestamp=self.timestamp if idx == 0 else None,
                  after=tuple(after) if after is not None else ((idx - 1,) if idx else ()),
-                 think_ms=round(float(think_ms), 3), output_hash_ids=out_ids, tenant=self.tenant,
-                 signal=signal)
+                 think_ms=round(float(think_ms) * self.cfg.tool_scale, 3), output_hash_ids=out_ids,
+                 tenant=self.tenant, signal=signal)
         self.calls.append(c)
         return idx
 
@@ -205,7 +223,8 @@ class Workload:
 
     def header(self, cfg: GenConfig) -> TraceHeader:
         return TraceHeader(block_size=cfg.block_size, name=self.name,
-                           description=self.summary, source="agentrt generator (synthetic)",
+                           description=self.summary + scale_note(cfg),
+                           source="agentrt generator (synthetic)",
                            concurrency=cfg.concurrency if cfg.rate is None else None)
 
     def generate(self, cfg: GenConfig) -> Iterator[Call]:

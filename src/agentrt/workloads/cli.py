@@ -1,4 +1,4 @@
-"""Workload commands of the `agentrt` CLI: workloads, generate, stats, import ag2.
+"""Workload commands of the `agentrt` CLI: workloads, tools, generate, stats, import ag2.
 
 `agentrt.cli` loads this module and calls `register_commands(app)`. User errors raise
 `AgentrtError`, which the main CLI prints in one line before exiting with status 2.
@@ -32,6 +32,16 @@ def workloads() -> None:
         typer.echo(f"{name:13s} {summary}")
 
 
+def tools() -> None:
+    """List the tool-latency distributions the generators draw think times from, one line each."""
+    from agentrt.workloads.tools import TOOLS, quantiles
+    typer.echo(f"{'tool':10s} {'p10 s':>7s} {'p50 s':>7s} {'p90 s':>7s} {'p99 s':>7s} {'clip s':>13s}  source")
+    for name, t in TOOLS.items():
+        q = quantiles(name, (0.1, 0.5, 0.9, 0.99))
+        clip = f"{t.lo_ms / 1000:g}-{t.hi_ms / 1000:g}"
+        typer.echo(f"{name:10s} " + " ".join(f"{x / 1000:7.2f}" for x in q) + f" {clip:>13s}  {t.source}")
+
+
 def generate(
     name: str = typer.Argument(..., help="workload name (see `agentrt workloads`)"),
     out: Path = typer.Option(..., "-o", "--out", help="trace file to write (.jsonl or .jsonl.gz)"),
@@ -41,6 +51,7 @@ def generate(
     seed: int = typer.Option(0, "--seed", help="seed: equal seeds give equal traces"),
     noise: float = typer.Option(0.3, "--noise", help="noise of the per-call semantic signal"),
     block_size: int = typer.Option(16, "--block-size", help="tokens per hash id"),
+    tool_scale: float = typer.Option(1.0, "--tool-scale", help="multiply every tool and think time by this (> 0)"),
 ) -> None:
     """Generate a workflow trace from a workload generator."""
     from agentrt.trace.writer import write_trace
@@ -51,7 +62,7 @@ def generate(
     wl = get_workload(name)
     try:
         cfg = GenConfig(workflows=workflows, rate=rate, concurrency=concurrency, seed=seed,
-                        noise=noise, block_size=block_size)
+                        noise=noise, block_size=block_size, tool_scale=tool_scale)
     except ValueError as e:
         raise AgentrtError(str(e)) from None
     n = write_trace(out, wl.header(cfg), wl.generate(cfg))
@@ -75,11 +86,15 @@ def stats(
         ("agents", _agents_line(st.agent_calls)),
         ("agent orders", f"{st.agent_orders:,} distinct"),
         ("mean prompt tokens", f"{st.mean_prompt_tokens:,.0f}"),
+        ("largest prompt tokens", f"{st.max_prompt_tokens:,}"),
         ("mean output tokens", f"{st.mean_output_tokens:,.0f}"),
         ("reusable within workflow", f"{st.reuse_within:.1%}"),
         ("reusable across workflows", f"{st.reuse_across:.1%}"),
         ("infinite-cache hit rate", f"{st.infinite_hit_rate:.1%}"),
         ("distinct blocks", f"{st.distinct_blocks:,} x {st.block_size} tokens"),
+        ("calls after a tool wait", f"{st.wait_share:.1%} of {st.later_calls:,} later calls"),
+        ("tool wait p50/p90/p99", f"{st.wait_p50_ms / 1000:.2f} / {st.wait_p90_ms / 1000:.2f} / "
+                                  f"{st.wait_p99_ms / 1000:.2f} s (mean {st.wait_mean_ms / 1000:.2f} s)"),
     ]
     for k, v in rows:
         typer.echo(f"{k:26s} {v}")
@@ -128,6 +143,7 @@ def import_ag2_cmd(
 def register_commands(app: typer.Typer) -> None:
     app.command("workloads")(workloads)
     app.command("generate")(generate)
+    app.command("tools")(tools)
     app.command("stats")(stats)
     imp = typer.Typer(help="Import multi-agent logs as workflow traces.", no_args_is_help=True)
     imp.command("ag2")(import_ag2_cmd)

@@ -22,7 +22,9 @@ Sizes: filing statements section 6k to 16k tokens (guess: the income statement, 
 cash-flow statement and their notes of a 10-K, which runs to 50k-150k tokens in all); retrieved
 chunks 3 to 6 of 300 to 600 tokens (guess: common RAG chunking); questions 20 to 90 tokens
 (estimate from the open-source sample's questions). System prompts 600 to 1,500 tokens (guess).
-Tool times: vector search 0.2 to 0.8 s, the calculator's Python 0.1 to 0.5 s (guesses).
+Tool times from `workloads.tools`: the vector search is `retrieval` (median 0.3 s), the
+calculator's Python `code_exec` (median 1.5 s with the interpreter's start); they were uniform 0.2
+to 0.8 s and 0.1 to 0.5 s. One uniform per draw as before: structure and statistics unchanged.
 """
 
 from __future__ import annotations
@@ -58,13 +60,13 @@ class FinancebenchWorkload(Workload):
         statements = (("filing", filing), 6000 + (filing * 7919) % 10_001)
         chunks = (("chunks", wf), sum(int(rng.integers(300, 601)) for _ in range(int(rng.integers(3, 7)))))
         ana = b.call("analyst", [self.anchor("analyst"), statements, chunks, question],
-                     int(rng.integers(a_lo, a_hi + 1)), after=[q], think_ms=float(rng.uniform(200, 800)),
+                     int(rng.integers(a_lo, a_hi + 1)), after=[q], think_ms=b.tool("retrieval"),
                      signal=b.semantic("analyst", state))
         calc = b.call("calculator", [self.anchor("calculator"), question, b.output(ana)],
                       int(rng.integers(c_lo, c_hi + 1)), after=[ana],
                       signal=b.semantic("calculator", state))
         result = (("calc-result", wf), int(rng.integers(10, 60)))
         calc2 = b.call("calculator", [result], int(rng.integers(20, 80)), after=[calc],
-                       think_ms=float(rng.uniform(100, 500)), signal=b.semantic("calculator", state))
+                       think_ms=b.tool("code_exec"), signal=b.semantic("calculator", state))
         b.call("writer", [self.anchor("writer"), question, b.output(ana), b.output(calc2)],
                int(rng.integers(60, 250)), after=[calc2], signal=b.semantic("writer", state))

@@ -28,7 +28,11 @@ to 500 tokens out; pages read by the web surfer lognormal, median 1,800 tokens, 
 6,000 (guess: Magentic-One sends the page's visible text and accessibility tree); files read as
 markdown lognormal, median 1,500, clipped 200 to 8,000 (guess); terminal output 50 to 800
 tokens. System prompts with tool schemas 900 to 2,800 tokens (guess from Magentic-One's prompts).
-Tool times: browser actions 1 to 6 s, file reads 0.2 to 2 s, code runs 0.5 to 10 s (guesses).
+Tool times from `workloads.tools`: the web surfer's first action after a (re)start is a
+`web_search`, later ones load a page (`web_fetch`, median 5 s: HTTP Archive's median onLoad is
+about 6 s); the file surfer's reads are `file_read`, the terminal's runs `code_exec`. They were
+uniform 1 to 6 s, 0.2 to 2 s and 0.5 to 10 s; each draw still takes one uniform, so the
+workflows' structure and statistics are unchanged.
 """
 
 from __future__ import annotations
@@ -104,6 +108,7 @@ class GaiaWorkload(Workload):
         chat.post((("task-ledger", wf, prev), 300 + task[1] + b.calls[facts].output_length
                    + b.calls[prev].output_length), ORCH)
         think, stalls, speaker = 0.0, 0, None
+        searched = False   # the web surfer starts from a search, then follows pages
         for step in range(1, MAX_TURNS + 1):
             done = b.event(2.0 * (step - needed) if step < MAX_TURNS else 4.0)
             if speaker == "coder" and rng.uniform() < 0.9:
@@ -118,7 +123,7 @@ class GaiaWorkload(Workload):
             chat.post((("instruction", wf, step), int(rng.integers(40, 121))), ORCH)
             if speaker == "terminal":
                 chat.post((("terminal", wf, step), int(rng.integers(50, 801))), None)
-                think = float(rng.uniform(500, 10_000))
+                think = b.tool("code_exec")
             else:
                 new = chat.unread(b, speaker, self.anchor(speaker))
                 sig = b.semantic(speaker, state)
@@ -128,11 +133,13 @@ class GaiaWorkload(Workload):
                 else:
                     prev = b.call(speaker, new, int(rng.integers(40, 121)), after=[prev], signal=sig)
                     if speaker == "web_surfer":
-                        page, think = lognormal_tokens(rng, 1800, 0.6, 400, 6000), rng.uniform(1000, 6000)
+                        page = lognormal_tokens(rng, 1800, 0.6, 400, 6000)
+                        think = b.tool("web_fetch" if searched else "web_search")
+                        searched = True
                     else:
-                        page, think = lognormal_tokens(rng, 1500, 0.8, 200, 8000), rng.uniform(200, 2000)
+                        page = lognormal_tokens(rng, 1500, 0.8, 200, 8000)
+                        think = b.tool("file_read")
                     chat.post((("page", wf, prev), page), speaker)
-                    think = float(think)
             stalls = stalls + 1 if rng.uniform() < 0.15 + 0.1 * level else 0
             if stalls >= MAX_STALLS:
                 stalls = 0
@@ -143,6 +150,7 @@ class GaiaWorkload(Workload):
                                     facts, 0.0, sig)
                 think = 0.0
                 chat.clear(b, [ORCH, *WORKERS])
+                searched = False
                 chat.post((("task-ledger", wf, prev), 300 + task[1] + b.calls[facts].output_length
                            + b.calls[prev].output_length), ORCH)
         self._ledger(b, chat, (("final-prompt",), 90), int(rng.integers(60, 250)), prev, think,

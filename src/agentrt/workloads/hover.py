@@ -23,7 +23,9 @@ the paper's examples); 5 passages per search (guess; DSPy's HoVer programs use k
 tokens each (introductions of the 2017 Wikipedia dump that HoVer uses; estimate); reader keeps 2
 or 3 of them. System prompts with tool definitions 700 to 1,400 tokens (guess, typical of
 DSPy/LangChain agent templates). Outputs: queries 20 to 60, notes 60 to 180, verdicts 30 to 110
-tokens (guesses). Search tool time 0.3 to 1.5 s (guess: BM25/dense retrieval over 5 M passages).
+tokens (guesses). Search tool time: `retrieval` from `workloads.tools` (median 0.3 s, guess:
+BM25 or dense retrieval over 5 M passages; it was uniform 0.3 to 1.5 s). One uniform per draw as
+before, so the workflows' structure and statistics are unchanged.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class HoverWorkload(Workload):
                             sum(int(rng.integers(80, 221)) for _ in range(PASSAGES_PER_SEARCH)))
                 spawn = b.event(-0.5 + 2.5 * complexity - 1.2 * s - 0.3 * hop)
                 prev = b.call("retriever", [passages], int(rng.integers(40, 121)), after=[q],
-                              think_ms=float(rng.uniform(300, 1500)),
+                              think_ms=b.tool("retrieval"),
                               signal=b.semantic("retriever", state, {"spawn": spawn.feature}))
                 kept.append((("kept", wf, hop, s), passages[1] * int(rng.integers(2, 4)) // 5))
                 new = []

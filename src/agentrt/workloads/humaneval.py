@@ -21,7 +21,9 @@ Sizes: problems (signature and docstring) lognormal, median 130 tokens, clipped 
 (estimate: HumanEval's 164 prompts average about 450 characters); programmer outputs 120 to 500
 tokens, tests 200 to 600, feedback 40 to 250, execution logs 50 to 600 tokens (guesses). System
 prompts 500 to 900 tokens (guess from AgentCoder's prompts with their one-shot example).
-Execution 0.3 to 5 s (guess: a Python process with a timeout).
+Execution: `code_exec` from `workloads.tools` (median 1.5 s, guess: a Python process running
+the tests; it was uniform 0.3 to 5 s). One uniform per draw as before: structure and statistics
+unchanged.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class HumanevalWorkload(Workload):
             bad_tests = b.event(4.0 * (amb - 0.8))
             log = (("exec-log", wf, it), int(rng.integers(50, 601)))
             report = b.call("executor", ex_new + [log], int(rng.integers(40, 251)), after=[code, tests],
-                            think_ms=float(rng.uniform(300, 5000)),
+                            think_ms=b.tool("code_exec"),
                             signal=b.semantic("executor", state, {"fail": fail.feature,
                                                                   "bad_tests": bad_tests.feature}))
             if not fail.happens:

@@ -11,7 +11,7 @@ type, so the only sharing across types is none, as between different application
 
 from __future__ import annotations
 
-from agentrt.workloads.base import GenConfig, Workload, WorkflowBuilder
+from agentrt.workloads.base import GenConfig, Workload, WorkflowBuilder, scale_note
 
 TYPES = ("hover", "swebench", "financebench", "mmlu", "mtbench", "gaia", "gsm8k", "humaneval")
 
@@ -38,5 +38,5 @@ class MixWorkload(Workload):
 
     def header(self, cfg: GenConfig):
         h = super().header(cfg)
-        h.description = f"{self.summary}: {', '.join(self.types)}"
+        h.description = f"{self.summary}: {', '.join(self.types)}{scale_note(cfg)}"
         return h

@@ -18,7 +18,9 @@ Sizes: first-turn questions 30 to 250 tokens, follow-ups 20 to 120 (estimate fro
 questions, with extraction items carrying a passage); answers by category (writing, roleplay,
 humanities, STEM 250 to 700; reasoning, math 120 to 400; coding 200 to 600; extraction 100 to 350;
 guesses from MT-Bench reference answers); critiques 80 to 250 tokens. System prompts 300 to 700
-tokens (guess). User think time before turn 2: 2 to 20 s (guess; 0 in an offline evaluation).
+tokens (guess). User think time before turn 2: the `human` latency of `workloads.tools` (median
+25 s, one in seven answers after minutes; guess, and 0 in an offline evaluation; it was uniform 2
+to 20 s). One uniform per draw as before: structure and statistics unchanged.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class MtbenchWorkload(Workload):
         prev: int | None = None
         for turn in (1, 2):
             q = (("question", wf, turn), int(rng.integers(30, 251) if turn == 1 else rng.integers(20, 121)))
-            think = 0.0 if turn == 1 else float(rng.uniform(2000, 20000))
+            think = 0.0 if turn == 1 else b.tool("human")
             w_new = ([self.anchor("writer")] if turn == 1 else []) + [q]
             after = None if prev is None else [prev]
             draft = b.call("writer", w_new, int(rng.integers(lo, hi + 1)), after=after, think_ms=think,

@@ -17,6 +17,7 @@ def _ensure_builtin() -> None:
     if _WORKLOADS:
         return
     from agentrt.workloads.builtin import TeamWorkload
+    from agentrt.workloads.coding import CodingWorkload
     from agentrt.workloads.financebench import FinancebenchWorkload
     from agentrt.workloads.gaia import GaiaWorkload
     from agentrt.workloads.gsm8k import Gsm8kWorkload
@@ -27,7 +28,8 @@ def _ensure_builtin() -> None:
     from agentrt.workloads.mtbench import MtbenchWorkload
     from agentrt.workloads.swebench import SwebenchWorkload
     for cls in (TeamWorkload, HoverWorkload, SwebenchWorkload, FinancebenchWorkload, MmluWorkload,
-                MtbenchWorkload, GaiaWorkload, Gsm8kWorkload, HumanevalWorkload, MixWorkload):
+                MtbenchWorkload, GaiaWorkload, Gsm8kWorkload, HumanevalWorkload, MixWorkload,
+                CodingWorkload):
         register(cls)
 
 

@@ -24,13 +24,15 @@ retrieval settings: 13k and 27k token budgets); tool outputs lognormal, median 6
 clipped 100 to 3,000 (guess: a search listing or a 100-line file window); patches 150 to 900
 tokens (gold patches edit 32.8 lines on average, Table 1); test logs 300 to 3,000 tokens (guess).
 System prompts with tool documentation 1,600 to 3,200 tokens (SWE-agent's prompt with its command
-docs is of that order; guess). Tool times: repository commands 0.2 to 3 s, test runs lognormal
-with median 12 s, clipped 3 to 90 s (guess: "seconds to tens of seconds").
+docs is of that order; guess). Tool times from `workloads.tools`: the locator's commands alternate
+`search` (find_file, search_dir) and `file_read` (open), the test suite is `test_run` (median
+20 s, clipped 1 to 600 s; it was 12 s, clipped at 90 s, before the tools module). A tool draw
+takes one uniform; the lognormal draw it replaced now and then took two (numpy's normal sampler),
+and did in the first workflow at seed 0, so the workflows differ from before the tools module
+(same model; the documented ranges did not move).
 """
 
 from __future__ import annotations
-
-import math
 
 from agentrt.workloads.base import Workload, WorkflowBuilder, lognormal_tokens
 
@@ -53,7 +55,7 @@ class SwebenchWorkload(Workload):
                          signal=b.semantic("locator", state, {"search": 1.0 - s / steps}))
             new = [(("tool", wf, cmd), lognormal_tokens(rng, 600, 0.6, 100, 3000))]
             prev = cmd
-            think = float(rng.uniform(200, 3000))
+            think = b.tool("search" if s % 2 == 0 else "file_read")
         return b.call("locator", new, int(rng.integers(80, 251)), after=[prev], think_ms=think,
                       signal=b.semantic("locator", state, {"search": 0.0}))
 
@@ -82,7 +84,7 @@ class SwebenchWorkload(Workload):
             cmd = b.call("tester", tester_new, int(rng.integers(60, 301)), after=[patch],
                          signal=b.semantic("tester", state, {"fail": fail.feature}))
             log = (("test-log", wf, attempt), int(rng.integers(300, 3001)))
-            run_ms = 1000 * min(90.0, max(3.0, float(rng.lognormal(math.log(12.0), 0.8))))
+            run_ms = b.tool("test_run")
             relocate = b.event(1.2 * (1 - loc) - 1.0) if fails else None
             report = b.call("tester", [log], int(rng.integers(60, 201)), after=[cmd], think_ms=run_ms,
                             signal=b.semantic("tester", state, {

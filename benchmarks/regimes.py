@@ -1,0 +1,146 @@
+"""Regime sweep: every workload x tool time x load x capacity, each policy against the oracle.
+
+    python benchmarks/regimes.py                      # all regimes (about 30-60 min on 2 cores)
+    python benchmarks/regimes.py --workloads coding,mix --workflows 60   # a quick subset
+
+A regime is one generated trace replayed under every policy in one `agentrt bench` run:
+- workload: each generator (`agentrt workloads`), 100 workflows, seed 0;
+- tool time: `--tool-scale` 1 (the generators' tool latencies) and 4 (slower tools, long tests);
+- load: 8 and 32 workflows at once (closed loop; the replica is not saturated at 8);
+- capacity: the GPU pool as a multiple f of the workload's live footprint, f in {0.5, 1}, where
+  the footprint is `concurrency x mean prompt blocks` (one prompt per live workflow: what the
+  replica must hold for nothing to be recomputed if each workflow had one thread). The same rule
+  for every workload, never a tuned number.
+Policies: lru, cachesage, kvflow, pbkv-lae, pbkv-he, pbkv-ta, and the `oracle` bound (clairvoyant
+eviction under the simulator's own memory accounting); `belady` beside it (offline, it ignores
+the memory running requests hold). The first 25% of workflows train the learned policies and
+everyone is scored on the rest.
+
+Writes docs/results/regimes.json (every run, with its command) and, between the `regimes`
+markers of docs/results.md, the table with: LRU, the best agentrt policy, the oracle, best/oracle
+and oracle/LRU, best - LRU in points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import DOCS, REPO, write  # noqa: E402
+
+WORKLOADS = ["coding", "swebench", "gaia", "hover", "financebench", "humaneval", "mtbench", "mmlu",
+             "gsm8k", "mix"]
+TOOL_SCALES = [1.0, 4.0]
+LOADS = [8, 32]
+CAPACITY = [0.5, 1.0]
+POLICIES = ["lru", "cachesage", "kvflow", "pbkv-lae", "pbkv-he", "pbkv-ta", "oracle", "belady"]
+AGENTRT = ["cachesage", "kvflow", "pbkv-lae", "pbkv-he", "pbkv-ta"]
+BS = 16
+
+
+def mean_prompt_blocks(trace: Path) -> float:
+    from agentrt.trace.reader import TraceReader
+    n = total = 0
+    for c in TraceReader(trace):
+        n += 1
+        total += c.input_length
+    return total / max(1, n) / BS
+
+
+def run(workload: str, tool: float, load: int, f: float, workflows: int, tmp: Path) -> dict:
+    trace = tmp / f"{workload}-t{tool:g}-c{load}.jsonl"
+    gen = ["agentrt", "generate", workload, "--workflows", str(workflows), "--seed", "0",
+           "--concurrency", str(load), "--tool-scale", f"{tool:g}", "-o", str(trace)]
+    if not trace.exists():
+        subprocess.run([sys.executable, "-m", "agentrt.cli", *gen[1:]], check=True,
+                       stdout=subprocess.DEVNULL)
+    blocks = max(64, int(math.ceil(f * load * mean_prompt_blocks(trace))))
+    out = tmp / f"{trace.stem}-f{f:g}.json"
+    cmd = ["agentrt", "bench", "--trace", str(trace), "--gpu-blocks", str(blocks),
+           "--policies", ",".join(POLICIES), "--quiet", "--json", str(out)]
+    t0 = time.time()
+    subprocess.run([sys.executable, "-m", "agentrt.cli", *cmd[1:]], check=True, stdout=subprocess.DEVNULL)
+    doc = json.loads(out.read_text())
+    shown = [c if c != str(trace) else f"{workload}.jsonl" for c in cmd if c not in ("--json", str(out))]
+    return {"workload": workload, "tool_scale": tool, "concurrency": load, "capacity_factor": f,
+            "gpu_blocks": blocks, "generate": " ".join(shlex.quote(c) for c in gen).replace(str(trace), f"{workload}.jsonl"),
+            "command": " ".join(shlex.quote(c) for c in shown), "seconds": time.time() - t0,
+            "results": {p: {k: r.get(k) for k in ("hit_rate", "ttft_mean_s", "e2e_mean_s",
+                                                  "preemptions", "oversize_calls")}
+                        for p, r in doc["results"].items()}}
+
+
+def verdict(row: dict) -> tuple[str, float, float, float, float]:
+    r = row["results"]
+    best = max(AGENTRT, key=lambda p: r[p]["hit_rate"])
+    lru, orc, b = r["lru"]["hit_rate"], r["oracle"]["hit_rate"], r[best]["hit_rate"]
+    return best, b, b / orc if orc else 1.0, orc / lru if lru else float("inf"), 100 * (b - lru)
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| workload | tool x | load | f | GPU blocks | lru | best agentrt | best | pbkv-ta | oracle | belady | "
+           "best / oracle | oracle / LRU | best - LRU (pts) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        r = row["results"]
+        best, b, of_oracle, headroom, gain = verdict(row)
+        out.append(f"| {row['workload']} | {row['tool_scale']:g} | {row['concurrency']} | "
+                   f"{row['capacity_factor']:g} | {row['gpu_blocks']:,} | {100 * r['lru']['hit_rate']:.1f} | "
+                   f"{best} | {100 * b:.1f} | {100 * r['pbkv-ta']['hit_rate']:.1f} | "
+                   f"{100 * r['oracle']['hit_rate']:.1f} | {100 * r['belady']['hit_rate']:.1f} | "
+                   f"{of_oracle:.2f} | {headroom:.2f} | {gain:+.1f} |")
+    inscope = [row for row in rows if verdict(row)[3] >= 1.3]
+    reached = [row for row in inscope if verdict(row)[2] >= 0.95]
+    below = [row for row in rows if verdict(row)[4] < -0.5]
+    ta_below = [row for row in rows
+                if 100 * (row["results"]["pbkv-ta"]["hit_rate"] - row["results"]["lru"]["hit_rate"]) < -0.5]
+    summary = (f"\n{len(rows)} regimes. Where the oracle reaches at least 1.3x LRU ({len(inscope)} regimes), "
+               f"the best agentrt policy reaches at least 0.95x the oracle in {len(reached)}. "
+               f"Regimes where the best agentrt policy is more than 0.5 points below LRU: {len(below)}; "
+               f"where pbkv-ta is: {len(ta_below)}.\n")
+    return "\n".join(out) + "\n" + summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--workflows", type=int, default=100)
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/results.md")
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="agentrt-regimes-") as d:
+        tmp = Path(d)
+        for w in a.workloads.split(","):
+            for tool in TOOL_SCALES:
+                for load in LOADS:
+                    for f in CAPACITY:
+                        row = run(w, tool, load, f, a.workflows, tmp)
+                        rows.append(row)
+                        best, b, of_oracle, headroom, gain = verdict(row)
+                        print(f"{w:12s} tool x{tool:g} c{load:<3d} f{f:g} {row['gpu_blocks']:>7,} blocks: "
+                              f"lru {100 * row['results']['lru']['hit_rate']:.1f} {best} {100 * b:.1f} "
+                              f"oracle {100 * row['results']['oracle']['hit_rate']:.1f} "
+                              f"({of_oracle:.2f} of oracle, oracle {headroom:.2f}x LRU) "
+                              f"{row['seconds']:.0f} s", flush=True)
+    (DOCS / "results").mkdir(exist_ok=True)
+    (DOCS / "results" / "regimes.json").write_text(json.dumps(rows, indent=1))
+    if not a.no_docs:
+        cmd = "python benchmarks/regimes.py" + (f" --workloads {a.workloads}" if a.workloads != ",".join(WORKLOADS) else "") \
+            + (f" --workflows {a.workflows}" if a.workflows != 100 else "")
+        write("regimes", f"Built by `{cmd}`; each row's trace is `agentrt generate WORKLOAD --workflows "
+                         f"{a.workflows} --seed 0 --concurrency LOAD --tool-scale TOOL` and its run "
+                         "`agentrt bench --trace ... --gpu-blocks BLOCKS --policies "
+                         f"{','.join(POLICIES)}` (docs/results/regimes.json has every command).\n\n"
+              + table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""A request's lifecycle in the simulated engine: arrival, admission, prefill done, finish.
+
+A mixin of `Simulator`. Admission locks the cached prefix and reserves what the prefill needs
+(`RadixKVCache.acquire`); a request admitted again after a preemption (`preemption.py`) prefills
+its prompt plus what it had generated, and is counted only as recomputation: prompt tokens, hits,
+the TTFT and the `admitted` order stay those of the first admission. At the finish, the output
+blocks are cached locked on the request's path, the runtime sees `CallFinished` with the deepest
+block (so it tags output blocks too), and only then is the path unlocked and scored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, Request
+from agentrt.runtime import events as ev
+from agentrt.trace.schema import Call
+
+if TYPE_CHECKING:
+    from agentrt.engine.simulator import Simulator
+
+
+class RequestLifecycle:
+    def _arrive(self: "Simulator", t: float, c: Call) -> None:
+        self._rid += 1
+        bs = self.config.block_size
+        info = ev.CallInfo(rid=self._rid, workflow=c.workflow, agent=c.agent, tenant=c.tenant,
+                           index=c.call, hash_ids=c.hash_ids, input_length=c.input_length,
+                           output_length=c.output_length, block_size=bs, signal=c.signal,
+                           agent_explicit=c.agent is not None)
+        r = Request(info, c, t)
+        m = self.metrics
+        if m.first_arrival is None or t < m.first_arrival:
+            m.first_arrival = t
+        self.waiting.append(r)
+        if self._events:
+            self._observe(ev.CallArrived(self.now, info))
+
+    def _admit(self: "Simulator") -> None:
+        cache = self.cache
+        bs = self.config.block_size
+        now = self.now
+        m = self.metrics
+        while self.waiting and len(self.running) < self.config.max_running:
+            r = self.waiting[0]
+            info = r.info
+            resumed = r.preemptions > 0
+            if not resumed and r.total_blocks > cache.gpu_capacity:
+                r.oversize = True
+                r.state = PREFILL
+                lease = None
+            else:
+                lease = cache.acquire(info.tenant, r.hash_ids, r.n_full, r.extra_blocks, now)
+                if lease is None:
+                    self._admit_blocked = True
+                    return
+            self.waiting.popleft()
+            self.running.append(r)
+            r.lease = lease
+            gpu_tok = host_tok = 0
+            if lease is not None:
+                cap = r.prompt_len - 1
+                gpu_tok = min(lease.gpu_hit * bs, cap)
+                host_tok = min((lease.gpu_hit + lease.host_hit) * bs, cap) - gpu_tok
+                if lease.host_hit:
+                    start = max(now, self._pcie_free)
+                    self._pcie_free = start + self.cost.pcie_seconds(lease.host_hit * self.config.block_bytes)
+                    r.ready_at = self._pcie_free
+                    r.state = LOADING
+                else:
+                    r.state = PREFILL
+                if self._inflight and lease.gpu_hit:
+                    self._wait_for_prefetch(r, lease, now)
+                m.block_touches += lease.gpu_hit + lease.host_hit
+            r.hit_tokens = gpu_tok + host_tok
+            r.context = r.hit_tokens
+            r.prefill_left = r.prompt_len - r.hit_tokens
+            if resumed:
+                # hit rate and prefill tokens stay per first admission; this is the price of preempting
+                redo = r.computed - r.hit_tokens if r.computed > r.hit_tokens else 0
+                if info.warmup:
+                    m.warmup_prefill_tokens += redo
+                else:
+                    m.recompute_tokens += redo
+                info.extra["resumed"] = r.preemptions
+            elif info.warmup:
+                m.warmup_calls += 1
+                m.warmup_prefill_tokens += r.prefill_left
+            else:
+                m.prompt_tokens += info.input_length
+                m.gpu_hit_tokens += gpu_tok
+                m.host_hit_tokens += host_tok
+                m.prefill_tokens += r.prefill_left
+                if r.oversize:
+                    m.oversize_calls += 1
+                if self.stream is not None:
+                    self.stream.append((info.tenant, info.hash_ids[:r.n_full], info.input_length, True))
+                    self.admitted.append((info.workflow, info.index))
+            if self._events and lease is not None:
+                self._observe(ev.CallAdmitted(now, info, lease.node, lease.gpu_hit, lease.host_hit))
+
+    def _prefill_done(self: "Simulator", r: Request) -> None:
+        now = self.now
+        if r.lease is not None:
+            inserted = self.cache.commit_prompt(r.lease, now)
+            self.metrics.block_touches += inserted
+            if self._events:
+                self._observe(ev.PromptCached(now, r.info, r.lease.node, inserted))
+        if not r.ttft_done:
+            r.ttft_done = True
+            if not r.info.warmup:
+                self.metrics.ttft.append(now - r.arrival)
+        if r.output_left > 0:
+            r.output_left -= 1
+            r.context += 1
+        if r.output_left <= 0:
+            self._finish(r)
+        else:
+            r.state = DECODE
+
+    def _finish(self: "Simulator", r: Request) -> None:
+        now = self.now
+        r.state = DONE
+        info = r.info
+        m = self.metrics
+        lease = r.lease
+        node = None
+        if lease is not None:
+            ohids = r.call.output_hash_ids if r.call is not None else []
+            before = lease.output_blocks
+            # cached locked, so that the runtime tags them (CallFinished) before they are scored
+            node = self.cache.cache_output(lease, ohids[r.out_start:] if r.out_start else ohids)
+            m.block_touches += lease.output_blocks - before
+            if ohids and self.stream is not None and not info.warmup:
+                self.stream.append((info.tenant, ohids, info.input_length // info.block_size, False))
+        self._admit_blocked = False
+        if info.warmup:
+            if self._events:
+                self._observe(ev.CallFinished(now, info, node, False))
+            if lease is not None:
+                self.cache.release(lease)
+            return
+        m.calls += 1
+        m.output_tokens += info.output_length
+        if now > m.last_finish:
+            m.last_finish = now
+        tool_call, ended = self.replay.finish(r.call, now)
+        if self._events:
+            self._observe(ev.CallFinished(now, info, node, tool_call))
+        if lease is not None:
+            self.cache.release(lease)
+        if ended is not None:
+            m.workflows += 1
+            m.e2e.append(now - (ended.first_arrival if ended.first_arrival is not None else r.arrival))
+            if self._events:
+                self._observe(ev.WorkflowEnded(now, info.workflow, info.tenant))
+        if self.progress is not None:
+            self.progress(1)
+
+    def _on_evict(self: "Simulator", blocks: list, demoted: bool) -> None:
+        self._observe(ev.BlocksEvicted(self.now, blocks, demoted))

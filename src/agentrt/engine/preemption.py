@@ -1,0 +1,108 @@
+"""Incremental output allocation and preemption by recompute: a mixin of `Simulator`.
+
+As in vLLM V1 under FCFS scheduling:
+- Before each iteration, every decoding request whose next token starts a new block takes one:
+  free blocks, else unlocked cached blocks evicted in the policy's order (all of them at once,
+  `RadixKVCache.grow_all`, when they fit). When they do not, the requests are visited in
+  admission order and, for each, the most recently admitted running request that holds memory
+  is preempted until its block is found or it was itself the one preempted.
+- A preempted request keeps what is reusable: the prompt blocks its prefill had completed and
+  the output blocks it had completed (when the trace names them) enter the cache, tagged with its
+  thread, then unlocked like any finished call's. Its partial block and reservations are freed.
+  A victim still loading host blocks leaves them in the tree, in flight: whoever hits them waits
+  for the transfer. It goes back to the front of the waiting queue and, on re-admission,
+  prefills its prompt plus the tokens it had generated, with prefix hits on whatever survived
+  (`Request.requeue`).
+- Decode-only stretches that are fast-forwarded take the blocks they will cross into at their
+  start, evicting as needed, and stop before the first step that would need a preemption.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentrt.engine.request import DECODE, LOADING, WAITING, Request
+
+if TYPE_CHECKING:
+    from agentrt.engine.simulator import Simulator
+
+
+class Preemption:
+    def _take_blocks(self: "Simulator", decode: list[Request]) -> None:
+        """Decoding requests whose next token opens a block take one each, in admission order,
+        preempting from the tail of the running list when nothing is free or evictable."""
+        bs = self.config.block_size
+        grow = self.cache.grow
+        for r in decode:
+            if r.state != DECODE or r.context % bs or r.lease is None:
+                continue
+            while not grow(r.lease, 1):
+                victim = None
+                for v in reversed(self.running):
+                    if v.lease is not None and v.state != WAITING:
+                        victim = v
+                        break
+                self._preempt(victim)
+                if victim is r:
+                    break
+
+    def _preempt(self: "Simulator", r: Request) -> None:
+        """Free `r`'s memory, keeping its completed blocks as cache, and queue it at the front."""
+        cache = self.cache
+        lease = r.lease
+        bs = self.config.block_size
+        now = self.now
+        ohids = r.call.output_hash_ids if r.call is not None else []
+        if r.state == DECODE:
+            done = r.context // bs - lease.n_full
+            node = cache.cache_output(lease, ohids[r.out_start:r.out_start + done] if done > 0 else [])
+        else:
+            if r.state == LOADING and r.ready_at > now and lease.host_hit:
+                # blocks still in flight over PCIe: whoever hits them next waits for the transfer
+                b = lease.node
+                for _ in range(lease.host_hit):
+                    self._inflight[b] = r.ready_at
+                    b = b.parent
+            cache.commit_prompt(lease, now, r.context // bs)
+            node = lease.node
+        if self.runtime.tags:
+            # tag before the path is unlocked and scored, as a finished call's blocks are (the
+            # runtime has no preemption event: its own tagging step is reused directly)
+            th = self.runtime._calls.get(r.info.rid)
+            if th is not None:
+                self.runtime._tag_path(node, th)
+        cache.release(lease)
+        r.requeue(ohids)
+        self.waiting.appendleft(r)
+        self._preempted = True
+        self._admit_blocked = False
+        if not r.info.warmup:
+            self.metrics.preemptions += 1
+
+    def _ff_blocks(self: "Simulator", decode: list[Request], steps: int) -> tuple[list, int]:
+        """The blocks `steps` fast-forwarded steps cross into: [(lease, n)], total. Step s runs at
+        context c + s, and step 0's block was taken before the iteration."""
+        bs = self.config.block_size
+        wants = []
+        total = 0
+        for r in decode:
+            lease = r.lease
+            if lease is not None:
+                c = r.context
+                n = (c + steps - 1) // bs - c // bs
+                if n:
+                    wants.append((lease, n))
+                    total += n
+        return wants, total
+
+    def _ff_fit(self: "Simulator", decode: list[Request], steps: int) -> int:
+        """The most steps (< `steps`, which does not fit) whose blocks fit in free + evictable."""
+        avail = self.cache.free + self.cache.evictable
+        lo, hi = 1, steps           # 1 step needs no block; `steps` needs more than `avail`
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._ff_blocks(decode, mid)[1] <= avail:
+                lo = mid
+            else:
+                hi = mid
+        return lo

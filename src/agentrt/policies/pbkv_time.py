@@ -1,0 +1,300 @@
+"""PBKV-TA: PBKV's lookahead predictor, made time-aware, with dead-block detection and anchors.
+
+PBKV-HE ranks a live workflow's blocks by a discounted sum of the predictor's step probabilities:
+steps, not time. A workflow idling 60 s on a test run and one whose next call lands in 50 ms look
+alike, and a thread the predictor never expects again keeps its blocks as long as its workflow
+lives. Eviction is about time: Belady drops the block whose next use is farthest. This policy ranks
+blocks by their expected hits per second of residency (hit density, as in LHD, Beckmann et al.,
+NSDI 2018), estimated from the runtime's knowledge of agents:
+
+- Step times. For each live workflow w the next call starts at T_1: if a call is in flight,
+  now plus its agent's mean *residual* service time given how long the call has run, plus the
+  mean gap after that agent's calls; if w waits between calls, now plus the mean residual gap
+  after its last agent's calls *of the same kind* (ended in a tool call, or not: the runtime's
+  tool-call flag), given how long it has waited. Residuals come from the latest observed
+  durations (tool waits are heavy-tailed: a call that has waited long will likely wait longer;
+  past everything observed, as long again). Later steps add the
+  expected step cost under the predicted agent distribution: T_{k+1} = T_k + sum_a P_k(a) c_a,
+  c_a = service + gap of agent a. Every mean is measured online per (tenant, agent); unknown
+  agents take the global mean. No constant is tuned to a workload.
+- Thread density. With the predictor's joint out[w, k, a] (= s_w^(k) P_w^(k)(a)) as p_k, the
+  probability that thread (w, a) is next used at step k first is f_k = p_k prod_{j<k}(1 - p_j);
+  F = sum_k f_k. Its expected residency until that use is L = sum_k f_k (T_k - now) +
+  (1 - F)(T_{K+1} - now) (if unused within the horizon it is kept to the horizon at most), and
+  its density is F / L. A thread the predictor does not expect within K steps (F -> 0), or in a
+  workflow likely to end, gets density -> 0: dead blocks of live workflows go before live ones.
+- Anchor density. A block of an agent's anchor (its system prompt and tools, confirmed by two
+  workflows) is read by every thread of that agent: live threads count through their own
+  densities; beyond them, the next new thread of the agent in any workflow of the tenant reads it.
+  With new threads starting at mean gap g_a, that is a density of 1 / g_a (memoryless arrivals).
+- A block's key: blocks of finished workflows that are no anchor go first (LRU among them, as
+  PBKV-LAE); then the lowest density (the sum over its live threads; an anchor block takes the larger
+  of that and its agent's new-thread density); ties by recency.
+- Dead branches. When a thread's history is rewritten (compaction, a window, a dropped attempt),
+  the runtime untags the branch it left (`runtime/branches.py`): those blocks no live thread will
+  read go with the retired ones.
+- Prefetch as `pbkv` (conservative), ranked by the same predictor.
+The keys depend on `now` (the latest event's time); they are refreshed once per event (epoch),
+within the cache's contract. Without a trained predictor every thread density is 0 and the policy
+is PBKV-LAE with anchors kept by their agents' call rates.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+
+import numpy as np
+
+from agentrt.policies.pbkv import PBKVPolicy
+from agentrt.predict.base import PathState
+from agentrt.runtime import events as ev
+from agentrt.runtime.state import threads_of
+
+TINY = 1e-6   # seconds: floor of an expected residency (a use due now is not infinitely dense)
+
+
+class _Durations:
+    """The latest `keep` observed durations of one kind: their mean, and the mean residual time
+    E[D - e | D > e] after `e` seconds have already passed (heavy-tailed tool waits: a call that
+    has waited long is likely to wait longer, so "overdue" never means "due now")."""
+
+    __slots__ = ("recent", "ordered", "sums", "keep", "n")
+
+    def __init__(self, keep: int = 512) -> None:
+        self.recent: deque[float] = deque()
+        self.ordered: list[float] = []
+        self.sums: np.ndarray | None = None     # suffix sums of `ordered`, rebuilt lazily
+        self.keep = keep
+        self.n = 0
+
+    def add(self, x: float) -> None:
+        self.recent.append(x)
+        bisect.insort(self.ordered, x)
+        if len(self.recent) > self.keep:
+            old = self.recent.popleft()
+            del self.ordered[bisect.bisect_left(self.ordered, old)]
+        self.sums = None
+        self.n += 1
+
+    def mean(self, default: float) -> float:
+        return self.residual(0.0, default)
+
+    def residual(self, elapsed: float, default: float) -> float:
+        o = self.ordered
+        if not o:
+            return default
+        if self.sums is None:
+            self.sums = np.concatenate((np.cumsum(o[::-1])[::-1], [0.0]))
+        i = bisect.bisect_right(o, elapsed)
+        if i == len(o):          # longer than anything seen: expect as long again (no data says less)
+            return elapsed
+        return float(self.sums[i]) / (len(o) - i) - elapsed
+
+
+class PBKVTimePolicy(PBKVPolicy):
+    name = "pbkv-ta"
+    description = ("PBKV time-aware (agentrt): blocks ranked by expected hits per second from the "
+                   "lookahead predictor, agent service/tool times and anchor call rates")
+
+    untags_dead_branches = True
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.now = 0.0
+        self._svc: dict[tuple[str, str], _Durations] = {}          # arrival -> finish
+        self._gap: dict[tuple[str, str, bool], _Durations] = {}    # finish -> next call, by tool flag
+        self._svc_all = _Durations()
+        self._gap_all = _Durations()
+        self._arrivals: dict[tuple[str, str], list] = {}      # agent -> [last thread start, _Durations]
+        self._inflight: dict[int, tuple[float, str]] = {}     # rid -> (arrival, agent)
+        self._anchors: dict[str, dict[int, set[str]]] = {}    # tenant -> hash -> agents
+        self._anchor_len: dict[tuple[str, str], int] = {}
+        self._since: dict[str, tuple[float, str, bool]] = {}  # workflow -> its latest finish
+
+    # ------------------------------------------------------------------ observe
+    def observe(self, e) -> None:
+        self.now = e.now
+        t = type(e)
+        if t is ev.CallArrived and not e.call.warmup:
+            self._arrived(e)
+        elif t is ev.CallFinished and not e.call.warmup:
+            self._finished(e)
+        elif t is ev.WorkflowEnded:
+            self._since.pop(e.workflow, None)
+        super().observe(e)
+
+    def _arrived(self, e) -> None:
+        info = e.call
+        key = (info.tenant, info.agent)
+        self._inflight[info.rid] = (e.now, info.agent)
+        last = self._since.pop(info.workflow, None)
+        if last is not None:
+            t_fin, prev, tool = last
+            gap = max(0.0, e.now - t_fin)
+            self._gap.setdefault((info.tenant, prev, tool), _Durations()).add(gap)
+            self._gap_all.add(gap)
+        wf = self.runtime.workflows.get(info.workflow)
+        th = wf.threads.get(info.agent) if wf is not None else None
+        if th is not None and th.calls == 1:
+            # a thread starts: the calls that read an anchor without a live thread holding it
+            a = self._arrivals.get(key)
+            if a is None:
+                self._arrivals[key] = [e.now, _Durations()]
+            else:
+                a[1].add(e.now - a[0])
+                a[0] = e.now
+        self._update_anchor(info.tenant, info.agent)
+
+    def _finished(self, e) -> None:
+        info = e.call
+        started = self._inflight.pop(info.rid, None)
+        if started is not None:
+            d = e.now - started[0]
+            self._svc.setdefault((info.tenant, started[1]), _Durations()).add(d)
+            self._svc_all.add(d)
+        self._since[info.workflow] = (e.now, started[1] if started else info.agent, e.tool_call)
+
+    def _update_anchor(self, tenant: str, agent: str) -> None:
+        prof = self.runtime.profile(tenant, agent) if self.runtime is not None else None
+        if prof is None:
+            return
+        n = len(prof.anchor) if prof.anchor_workflows >= 2 else 0
+        key = (tenant, agent)
+        old = self._anchor_len.get(key, 0)
+        if n == old:
+            return
+        table = self._anchors.setdefault(tenant, {})
+        if n < old:
+            for h in list(table):
+                agents = table[h]
+                if agent in agents and h not in prof.anchor[:n]:
+                    agents.discard(agent)
+                    if not agents:
+                        del table[h]
+        for h in prof.anchor[:n]:
+            table.setdefault(h, set()).add(agent)
+        self._anchor_len[key] = n
+
+    def anchor_density(self, tenant: str, hash_id: int) -> float | None:
+        agents = self._anchors.get(tenant)
+        agents = agents.get(hash_id) if agents else None
+        if not agents:
+            return None
+        best = 0.0
+        for a in agents:
+            rec = self._arrivals.get((tenant, a))
+            if rec is not None and rec[1].n:
+                best = max(best, 1.0 / max(rec[1].mean(0.0), TINY))
+        return best
+
+    # ------------------------------------------------------------------ densities
+    def _refresh(self) -> None:
+        dirty = self._dirty
+        if self.predictor is not None and dirty:
+            wfs = [self.runtime.workflows[w] for w in dirty if w in self.runtime.workflows]
+            wfs = [w for w in wfs if w.path]
+            if wfs:
+                out = self.predictor.predict_batch([PathState(list(w.path), w.signal) for w in wfs])
+                if self.noise > 0:
+                    q = self._rng.dirichlet(np.ones(out.shape[2]), size=out.shape[:2])
+                    out = (1.0 - self.noise) * out + self.noise * q
+                for w, o in zip(wfs, out):
+                    self._out[w.id] = o
+        dirty.clear()
+        if self.predictor is None or not self._out:
+            return
+        self._densities()
+
+    def _densities(self) -> None:
+        """Hit density of every live thread the predictor knows (see the module docstring)."""
+        agents = self.predictor.agents
+        idx = self._index
+        now = self.now
+        svc_all = self._svc_all.mean(0.0)
+        gap_all = self._gap_all.mean(0.0)
+        costs_by_tenant: dict[str, np.ndarray] = {}
+        for wid, o in self._out.items():
+            wf = self.runtime.workflows.get(wid)
+            if wf is None or wf.ended:
+                continue
+            tenant = wf.tenant
+            costs = costs_by_tenant.get(tenant)
+            if costs is None:
+                costs = costs_by_tenant[tenant] = np.array(
+                    [self._svc_mean(tenant, a, svc_all) + self._gap_mean(tenant, a, None, gap_all)
+                     for a in agents])
+            t1 = self._next_start(wf, now, svc_all, gap_all)
+            p = o[:, :-1]                                   # (K, V)
+            alive = p.sum(axis=1)
+            step = (p @ costs) / np.maximum(alive, TINY)    # expected cost of each step
+            times = t1 + np.concatenate(([0.0], np.cumsum(step)))   # T_1 .. T_{K+1}
+            rel = np.maximum(times - now, 0.0)
+            survive = np.cumprod(1.0 - p, axis=0)
+            first = p.copy()
+            first[1:] *= survive[:-1]
+            f_total = first.sum(axis=0)
+            life = first.T @ rel[:-1] + (1.0 - f_total) * rel[-1]
+            dens = f_total / np.maximum(life, TINY)
+            for agent, th in wf.threads.items():
+                i = idx.get(agent)
+                th.value = float(dens[i]) if i is not None else 0.0
+
+    def _svc_mean(self, tenant: str, agent: str, default: float, elapsed: float = 0.0) -> float:
+        d = self._svc.get((tenant, agent))
+        if d is None or not d.n:
+            d = self._svc_all
+        return d.residual(elapsed, default)
+
+    def _gap_mean(self, tenant: str, agent: str, tool: bool | None, default: float,
+                  elapsed: float = 0.0) -> float:
+        """Mean (residual) gap after the agent's calls: of the call's kind if known and seen,
+        else of both kinds, else of every agent."""
+        d = self._gap.get((tenant, agent, tool)) if tool is not None else None
+        if d is None or not d.n:
+            a = self._gap.get((tenant, agent, False))
+            b = self._gap.get((tenant, agent, True))
+            if a is not None and b is not None and a.n and b.n:
+                wa, wb = len(a.ordered), len(b.ordered)
+                return (wa * a.residual(elapsed, default) + wb * b.residual(elapsed, default)) / (wa + wb)
+            d = a if a is not None and a.n else b if b is not None and b.n else self._gap_all
+        return d.residual(elapsed, default)
+
+    def _next_start(self, wf, now: float, svc_all: float, gap_all: float) -> float:
+        """Expected start of the workflow's next call, given how long the current wait has lasted."""
+        if wf.running:
+            # the latest call is in flight: it arrived at last_seen (the runtime's arrival time)
+            agent = wf.path[-1]
+            left = self._svc_mean(wf.tenant, agent, svc_all, max(0.0, now - wf.last_seen))
+            return now + left + self._gap_mean(wf.tenant, agent, None, gap_all)
+        since = self._since.get(wf.id)
+        if since is None:
+            return now
+        t_fin, agent, tool = since
+        return now + self._gap_mean(wf.tenant, agent, tool, gap_all, max(0.0, now - t_fin))
+
+    # ------------------------------------------------------------------ score
+    def score(self, block):
+        if self._dirty:
+            self._refresh()
+        s = 0.0
+        active = False
+        tag = block.meta
+        if tag is not None:
+            for th in threads_of(tag):
+                if not th.workflow.ended:
+                    active = True
+                    s += th.value
+        if self._anchors:
+            a = self.anchor_density(block.tenant, block.hash)
+            if a is not None:
+                active = True
+                if a > s:
+                    s = a
+        if not active:
+            return (0, block.last_touch)
+        return (1, s, block.last_touch)
+
+    def state_bytes(self) -> int:
+        n = sum(len(t) for t in self._anchors.values())
+        return super().state_bytes() + 120 * n + 150 * (len(self._svc) + len(self._gap) + len(self._arrivals))

@@ -1,0 +1,144 @@
+"""PBKV-TA (time-aware PBKV) and dead-branch untagging, in small exact scenarios."""
+
+import numpy as np
+import pytest
+
+from agentrt.cache import RadixKVCache
+from agentrt.cache.block import GPU, Block
+from agentrt.policies.pbkv import PBKVHEPolicy
+from agentrt.policies.pbkv_time import PBKVTimePolicy
+from agentrt.runtime import events as ev
+from agentrt.runtime.branches import common_ancestor, untag_dead_branch
+from agentrt.runtime.runtime import AgentRuntime
+from agentrt.runtime.state import BlockTag, WorkflowState, tag_block, threads_of
+
+BS = 16
+
+
+class Fixed:
+    """Predicts, for every workflow, the same next-agent distribution at every step."""
+    kind = "fixed"
+
+    def __init__(self, agents, probs, horizon=2):
+        self.agents = list(agents)
+        self.horizon = horizon
+        self.row = np.array(list(probs) + [1.0 - sum(probs)])
+
+    def predict_batch(self, states):
+        return np.tile(self.row, (len(states), self.horizon, 1))
+
+
+def setup(policy, gpu=100):
+    rt = AgentRuntime(policy)
+    cache = RadixKVCache(gpu, policy=policy, block_bytes=1)
+    rt.touch_clock = lambda: cache.touch_clock
+    return rt, cache
+
+
+_rid = [0]
+
+
+def call(rt, cache, wf, agent, ids, t0, t1, tool=False):
+    """One call of `agent` in `wf`: arrives at t0, finishes at t1 (tool: its successor waits on a tool)."""
+    _rid[0] += 1
+    info = ev.CallInfo(rid=_rid[0], workflow=wf, agent=agent, tenant="default", index=_rid[0],
+                       hash_ids=ids, input_length=len(ids) * BS, output_length=1, block_size=BS)
+    rt.observe(ev.CallArrived(t0, info))
+    lease = cache.acquire("default", ids, len(ids), 0, t0)
+    cache.commit_prompt(lease, t0)
+    rt.observe(ev.CallAdmitted(t0, info, lease.node, lease.gpu_hit, lease.host_hit))
+    node = lease.node
+    rt.observe(ev.CallFinished(t1, info, node, tool))
+    cache.release(lease, [], t1)
+    return node
+
+
+def test_a_workflow_waiting_on_a_long_tool_goes_before_one_due_soon():
+    """Both threads are equally likely next; one waits on a 60 s tool, the other on nothing.
+    PBKV-HE ranks them alike (steps, not time) and falls back to recency; PBKV-TA evicts the
+    long wait first even though its blocks were touched more recently."""
+    orders = {}
+    for cls in (PBKVHEPolicy, PBKVTimePolicy):
+        p = cls(predictor=Fixed(["a"], [0.9]))
+        rt, cache = setup(p)
+        # history that teaches the gaps after agent a: 60 s after a tool call, 1 s otherwise
+        call(rt, cache, "h1", "a", [901], 0.0, 1.0, tool=True)
+        call(rt, cache, "h1", "a", [901, 902], 61.0, 62.0)
+        call(rt, cache, "h1", "a", [901, 902, 903], 63.0, 64.0)
+        rt.observe(ev.WorkflowEnded(64.0, "h1", "default"))
+        call(rt, cache, "soon", "a", [1, 2], 100.0, 101.0, tool=False)
+        call(rt, cache, "late", "a", [3, 4], 100.5, 101.5, tool=True)
+        orders[cls.name] = [b.hash for b in cache.peek_victims(3)]
+    assert orders["pbkv-he"][1:] == [2, 4]          # retired 903 first, then by recency
+    assert orders["pbkv-ta"][1:] == [4, 2]          # the 60 s wait goes first
+
+
+def test_time_aware_values_follow_expected_time_to_next_use():
+    p = PBKVTimePolicy(predictor=Fixed(["a", "b"], [0.5, 0.3]))
+    rt, cache = setup(p)
+    call(rt, cache, "w", "a", [1], 0.0, 1.0)
+    call(rt, cache, "w", "b", [2], 2.0, 3.0)
+    p._refresh()
+    ta, tb = rt.workflows["w"].threads["a"].value, rt.workflows["w"].threads["b"].value
+    assert ta > tb > 0.0
+
+
+def test_dead_branch_of_a_live_thread_is_retired():
+    """The thread's second prompt drops blocks 2, 3 of its first (its history was rewritten)."""
+    p = PBKVTimePolicy()
+    rt, cache = setup(p)
+    call(rt, cache, "w", "a", [1, 2, 3], 0.0, 1.0)
+    call(rt, cache, "other", "b", [7], 1.5, 2.0)
+    call(rt, cache, "w", "a", [1, 4], 3.0, 4.0)
+    victims = [b.hash for b in cache.peek_victims(3)]
+    assert victims[0] == 3 and 3 in victims and 4 not in victims[:1]
+    assert all(not th.workflow.ended for b in (cache.roots["default"].children[1],)
+               for th in threads_of(b.meta))
+    block3 = cache.roots["default"].children[1].children[2].children[3]
+    assert block3.meta is None                       # untagged: nobody will read it
+
+
+def test_published_pbkv_keeps_dead_branches_tagged():
+    p = PBKVHEPolicy()
+    rt, cache = setup(p)
+    call(rt, cache, "w", "a", [1, 2, 3], 0.0, 1.0)
+    call(rt, cache, "w", "a", [1, 4], 3.0, 4.0)
+    assert cache.roots["default"].children[1].children[2].children[3].meta is not None
+
+
+def test_anchor_of_an_agent_without_live_threads_is_not_retired():
+    p = PBKVTimePolicy()
+    rt, cache = setup(p)
+    for i, wf in enumerate(["w1", "w2", "w3"]):
+        call(rt, cache, wf, "a", [1, 2, 100 + i], 10.0 * i, 10.0 * i + 1)
+        rt.observe(ev.WorkflowEnded(10.0 * i + 1, wf, "default"))
+    block1 = cache.roots["default"].children[1]
+    assert p.anchor_density("default", 1) == pytest.approx(1 / 10.0)
+    assert p.score(block1)[0] == 1                   # kept as live cache: the next thread reads it
+    assert p.score(block1.children[2].children[102])[0] == 0
+
+
+def _chain(root, hashes):
+    node, out = root, []
+    for h in hashes:
+        child = node.children.get(h) or Block(h, node, GPU, "t")
+        node.children[h] = child
+        out.append(child)
+        node = child
+    return out
+
+
+def test_untag_dead_branch_stops_at_the_common_ancestor_and_keeps_other_threads():
+    root = Block(-1, None, GPU, "t")
+    old = _chain(root, [1, 2, 3])
+    new = _chain(root, [1, 4])
+    wf = WorkflowState("w", "t", 0.0)
+    th, other = wf.thread("a"), wf.thread("b")
+    for b in old + new:
+        tag_block(b, th)
+    tag_block(old[1], other)
+    assert common_ancestor(old[-1], new[-1]) is old[0]
+    assert untag_dead_branch(old[-1], new[-1], th) == 2
+    assert old[2].meta is None
+    assert type(old[1].meta) is BlockTag and list(old[1].meta.threads) == [other]
+    assert old[0].meta is th and new[1].meta is th
