@@ -16,7 +16,7 @@ eviction under the simulator's own memory accounting); `belady` beside it (offli
 the memory running requests hold). The first 25% of workflows train the learned policies and
 everyone is scored on the rest.
 
-Writes docs/results/regimes.json (every run, with its command) and, between the `regimes`
+Writes docs/results/regimes/WORKLOAD.json (every run, with its command) and, between the `regimes`
 markers of docs/results.md, the table with: LRU, the best agentrt policy, the oracle, best/oracle
 and oracle/LRU, best - LRU in points.
 """
@@ -114,11 +114,15 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--workflows", type=int, default=100)
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/results.md")
+    ap.add_argument("--docs-only", action="store_true",
+                    help="rebuild the docs table from docs/results/regimes/*.json without running")
     a = ap.parse_args()
-    rows = []
+    outdir = DOCS / "results" / "regimes"
+    outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="agentrt-regimes-") as d:
         tmp = Path(d)
-        for w in a.workloads.split(","):
+        for w in ([] if a.docs_only else a.workloads.split(",")):
+            rows = []
             for tool in TOOL_SCALES:
                 for load in LOADS:
                     for f in CAPACITY:
@@ -130,15 +134,18 @@ def main() -> None:
                               f"oracle {100 * row['results']['oracle']['hit_rate']:.1f} "
                               f"({of_oracle:.2f} of oracle, oracle {headroom:.2f}x LRU) "
                               f"{row['seconds']:.0f} s", flush=True)
-    (DOCS / "results").mkdir(exist_ok=True)
-    (DOCS / "results" / "regimes.json").write_text(json.dumps(rows, indent=1))
+            (outdir / f"{w}.json").write_text(json.dumps({"workflows": a.workflows, "rows": rows}, indent=1))
     if not a.no_docs:
-        cmd = "python benchmarks/regimes.py" + (f" --workloads {a.workloads}" if a.workloads != ",".join(WORKLOADS) else "") \
-            + (f" --workflows {a.workflows}" if a.workflows != 100 else "")
+        rows = []
+        for w in WORKLOADS:
+            f = outdir / f"{w}.json"
+            if f.exists():
+                rows += json.loads(f.read_text())["rows"]
+        cmd = "python benchmarks/regimes.py" + (f" --workflows {a.workflows}" if a.workflows != 100 else "")
         write("regimes", f"Built by `{cmd}`; each row's trace is `agentrt generate WORKLOAD --workflows "
                          f"{a.workflows} --seed 0 --concurrency LOAD --tool-scale TOOL` and its run "
                          "`agentrt bench --trace ... --gpu-blocks BLOCKS --policies "
-                         f"{','.join(POLICIES)}` (docs/results/regimes.json has every command).\n\n"
+                         f"{','.join(POLICIES)}` (docs/results/regimes/ has every command).\n\n"
               + table(rows))
 
 

@@ -29,8 +29,8 @@ DOCS = REPO / "docs"
 SHARED = REPO.parent / "shared" / "traces"
 WORKLOADS = ["hover", "swebench", "financebench", "mmlu", "mtbench", "gaia", "gsm8k", "humaneval", "mix"]
 FULL, QUARTER = 25720, 6430
-GPU_POLICIES = "lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,belady,infinite"
-HOST_POLICIES = "lru,cachesage,kvflow,pbkv-lae,pbkv-he,pbkv,pbkv-aggressive,belady,infinite"
+GPU_POLICIES = "lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,pbkv-ta,oracle,belady,infinite"
+HOST_POLICIES = "lru,cachesage,kvflow,pbkv-lae,pbkv-he,pbkv,pbkv-aggressive,pbkv-ta,oracle,belady,infinite"
 MARK = "<!-- results:{part}:{edge} -->"
 
 
@@ -67,7 +67,8 @@ def table(doc: dict) -> str:
         ttft_x = (f"{lru['ttft_mean_s'] / r['ttft_mean_s']:.2f}x"
                   if r.get("ttft_mean_s") and lru.get("ttft_mean_s") else "-")
         tput = "-" if r["throughput_tok_s"] is None else f"{r['throughput_tok_s']:,.0f}"
-        rows.append(f"| {name}{' (bound)' if r.get('bound') else ''} | {pct(r['hit_rate'])} | "
+        label = " (offline bound)" if r.get("offline") else " (bound)" if r.get("bound") else ""
+        rows.append(f"| {name}{label} | {pct(r['hit_rate'])} | "
                     f"{pct(r['host_hit_rate'])} | {r['prefill_tokens']:,} | {sec(r['ttft_mean_s'])} | "
                     f"{sec(r['ttft_p99_s'])} | {sec(r['e2e_mean_s'])} | {sec(r['e2e_p99_s'])} | {tput} | "
                     f"{hit_x} | {ttft_x} |")
@@ -94,7 +95,7 @@ def tables() -> str:
 
 def real_traces() -> str:
     parts = ["### Real traces\n"]
-    pol = "lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,belady,infinite"
+    pol = "lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,pbkv-ta,oracle,belady,infinite"
     for name in ("conversation_trace", "synthetic_trace"):
         path = SHARED / "mooncake" / f"{name}.jsonl"
         if not path.exists():
@@ -118,7 +119,7 @@ def real_traces() -> str:
 
 def summary() -> str:
     """One line per workload and pressure from the JSON the table runs wrote (no new runs)."""
-    pols = ["lru", "cachesage", "kvflow", "ttl", "pbkv-lae", "pbkv-he", "belady", "infinite"]
+    pols = ["lru", "cachesage", "kvflow", "ttl", "pbkv-lae", "pbkv-he", "pbkv-ta", "oracle", "belady", "infinite"]
     rows = ["| workload | GPU blocks | " + " | ".join(pols) + " | best / LRU hit | best / LRU TTFT | best / LRU E2E |",
             "| --- | ---: | " + " | ".join("---:" for _ in pols) + " | ---: | ---: | ---: |"]
     for w in WORKLOADS:

@@ -21,19 +21,37 @@ def agentrt(*args, check=True, timeout=600):
 
 
 @pytest.mark.slow
-def test_default_bench_shows_lru_below_belady(tmp_path):
+def test_default_bench_runs_every_family_beside_the_bounds(tmp_path):
+    """`agentrt bench` with no arguments: the default regime, every policy family, the oracle and
+    the offline bounds, a plot written where it says."""
+    p = subprocess.run([sys.executable, "-m", "agentrt.cli", "bench", "--quiet"], capture_output=True,
+                       text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    png = tmp_path / "agentrt-bench.png"
+    assert "plot written to agentrt-bench.png" in p.stderr
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    for name in ("lru", "cachesage", "kvflow", "pbkv-lae", "pbkv-ta", "oracle (bound)", "belady (offline",
+                 "gap closed (vs oracle)"):
+        assert name in p.stdout, name
+
+
+@pytest.mark.slow
+def test_bench_json_has_every_field_and_bounds_in_order(tmp_path):
     out = tmp_path / "r.json"
     png = tmp_path / "r.png"
-    p = agentrt("bench", "--quiet", "--json", str(out), "--plot", str(png))
-    assert "lru" in p.stdout and "belady" in p.stdout
+    agentrt("bench", "--workload", "mtbench", "--workflows", "40", "--concurrency", "8", "--gpu-blocks", "600",
+            "--policies", "lru,oracle,belady,infinite", "--quiet", "--json", str(out), "--plot", str(png))
     doc = json.loads(out.read_text())
     assert set(doc) >= {"trace", "calls", "workflows", "config", "results"}
-    assert list(doc["results"]) == ["lru", "belady", "infinite"]
+    assert list(doc["results"]) == ["lru", "oracle", "belady", "infinite"]
     for r in doc["results"].values():
         assert REQUIRED <= set(r)
     res = doc["results"]
     assert res["lru"]["hit_rate"] < res["belady"]["hit_rate"] - 0.02
+    assert res["lru"]["hit_rate"] <= res["oracle"]["hit_rate"] + 1e-9
     assert res["belady"]["hit_rate"] <= res["infinite"]["hit_rate"]
+    assert res["oracle"]["ttft_mean_s"] is not None and res["belady"]["ttft_mean_s"] is None
+    assert doc["config"]["oracle_passes"] >= 1
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
 
 

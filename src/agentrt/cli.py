@@ -23,9 +23,15 @@ def out_console() -> Console:
     """Tables go to stdout, wide enough to stay readable when piped."""
     return Console() if sys.stdout.isatty() else Console(width=160)
 
-DEFAULT_POLICIES = "lru,belady,infinite"
+# `agentrt bench` with no arguments: a regime where eviction decides (docs/results.md, "Default run"):
+# the mix workload, 16 workflows at once (the replica is not saturated), a quarter of the Llama-3.1-8B
+# H100 KV pool; every policy family beside the in-simulator oracle and the offline bounds.
+DEFAULT_POLICIES = "lru,cachesage,kvflow,pbkv-lae,pbkv,pbkv-ta,oracle,belady,infinite"
+DEFAULT_VLLM_POLICIES = "lru"
 DEFAULT_WORKLOAD = "mix"
-DEFAULT_CONCURRENCY = 64
+DEFAULT_CONCURRENCY = 16
+DEFAULT_GPU_BLOCKS = 6430
+DEFAULT_PLOT = "agentrt-bench.png"
 PBKV_PREDICTING = ("pbkv-he", "pbkv", "pbkv-aggressive", "pbkv-ta")
 
 
@@ -51,16 +57,17 @@ def parse_policy_options(items: list[str], policies: list[str]) -> dict:
 def bench(
     trace: Optional[Path] = typer.Option(None, "--trace", help="replay this trace file (.jsonl or .jsonl.gz)"),
     workload: Optional[str] = typer.Option(None, "--workload", help="replay a generated workload (see `agentrt workloads`)"),
-    policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="comma-separated policy names"),
-    gpu_blocks: Optional[int] = typer.Option(None, "--gpu-blocks", help="GPU KV capacity in blocks (default: what the preset's memory holds)"),
+    policies: Optional[str] = typer.Option(None, "--policies", help=f"comma-separated policy names (default: {DEFAULT_POLICIES}; with --engine vllm: {DEFAULT_VLLM_POLICIES})"),
+    gpu_blocks: Optional[int] = typer.Option(None, "--gpu-blocks", help=f"GPU KV capacity in blocks (default: what the preset's memory holds; {DEFAULT_GPU_BLOCKS:,} for the default workload)"),
     host_blocks: int = typer.Option(0, "--host-blocks", help="host-tier capacity in blocks (0: no host tier)"),
     preset: str = typer.Option("llama3.1-8b-h100", "--preset", help="model and GPU preset"),
     seed: int = typer.Option(0, "--seed", help="seed of the generated workload and of the policies"),
     workflows: int = typer.Option(200, "--workflows", help="workflows to generate (with --workload or the default)"),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="replay closed loop with this many workflows at once (generated workloads: 64)"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help=f"replay closed loop with this many workflows at once (generated workloads: {DEFAULT_CONCURRENCY})"),
+    tool_scale: float = typer.Option(1.0, "--tool-scale", help="generated workloads: multiply every tool and think time by this"),
     time_scale: float = typer.Option(1.0, "--time-scale", help="stretch trace timestamps by this factor (2: half the open-loop request rate)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the results as JSON here"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG comparing the policies here"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help=f"write a PNG comparing the policies here (the default run writes {DEFAULT_PLOT})"),
     train: Optional[Path] = typer.Option(None, "--train", help="train offline-learning policies on this trace; score on all of --trace/--workload"),
     train_fraction: Optional[float] = typer.Option(None, "--train-fraction", help="hold back this share of the workflows for offline training (default 0.25 when a policy needs training, else 0); every policy is scored on the rest"),
     predictor: Optional[Path] = typer.Option(None, "--predictor", help="PBKV: use this trained predictor (from `agentrt train`) instead of training one"),
@@ -84,6 +91,14 @@ def bench(
     from agentrt.policies.registry import check_names
     from agentrt.workloads.base import GenConfig
 
+    default_run = trace is None and workload is None
+    if policies is None:
+        policies = DEFAULT_VLLM_POLICIES if engine == "vllm" else DEFAULT_POLICIES
+    if default_run and engine == "sim":
+        if gpu_blocks is None:
+            gpu_blocks = DEFAULT_GPU_BLOCKS
+        if plot is None and json_path is None:
+            plot = Path(DEFAULT_PLOT)
     names = _split(policies)
     if not names:
         raise AgentrtError("--policies is empty")
@@ -100,8 +115,11 @@ def bench(
     if trace is not None:
         source = file_source(trace)
     else:
+        if tool_scale <= 0:
+            raise AgentrtError(f"--tool-scale must be > 0, got {tool_scale}")
         source = workload_source(workload or DEFAULT_WORKLOAD, GenConfig(
-            workflows=workflows, seed=seed, concurrency=concurrency or DEFAULT_CONCURRENCY))
+            workflows=workflows, seed=seed, concurrency=concurrency or DEFAULT_CONCURRENCY,
+            tool_scale=tool_scale))
     if train is not None:
         from agentrt.trace.reader import TraceReader
         TraceReader(train)  # a missing or malformed header fails here, before any replay
@@ -147,6 +165,7 @@ def bench(
         json_path.write_text(json.dumps(doc, indent=2))
     if plot is not None:
         plot_result(doc, plot)
+        err.print(f"plot written to {plot}")
 
 
 def _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, plot, model_size,
