@@ -106,7 +106,8 @@ def test_list_commands():
 @pytest.mark.slow
 def test_mooncake_conversation_trace_replays_end_to_end(tmp_path):
     out = tmp_path / "m.json"
-    agentrt("bench", "--trace", str(MOONCAKE_CONV), "--quiet", "--json", str(out))
+    agentrt("bench", "--trace", str(MOONCAKE_CONV), "--policies", "lru,belady,infinite", "--quiet", "--json",
+            str(out))
     doc = json.loads(out.read_text())
     assert doc["calls"] == 12031 and doc["workflows"] == 12031
     res = doc["results"]
