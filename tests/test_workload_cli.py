@@ -141,6 +141,6 @@ def test_bench_runs_each_workload(name):
 def test_bench_trace_and_workload_side_by_side(tmp_path):
     out = tmp_path / "g.jsonl"
     invoke("generate", "gsm8k", "-o", str(out), "--workflows", "10")
-    res = invoke("bench", "--trace", str(out), "--quiet", "--json", str(tmp_path / "r.json"))
+    res = invoke("bench", "--trace", str(out), "--policies", "lru,belady,infinite", "--quiet", "--json", str(tmp_path / "r.json"))
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["workflows"] == 10 and str(out) in res.stdout
