@@ -42,3 +42,18 @@ def trace_file(tmp_path):
     def make(objs: list, name: str = "t.jsonl") -> Path:
         return write_lines(tmp_path / name, objs)
     return make
+
+
+class FixedPredictor:
+    """A stub workflow predictor: the same next-agent distribution for every workflow and step."""
+    kind = "fixed"
+
+    def __init__(self, agents, probs, horizon=2):
+        import numpy as np
+        self.agents = list(agents)
+        self.horizon = horizon
+        self.row = np.array(list(probs) + [1.0 - sum(probs)])
+
+    def predict_batch(self, states):
+        import numpy as np
+        return np.tile(self.row, (len(states), self.horizon, 1))

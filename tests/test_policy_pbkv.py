@@ -9,21 +9,9 @@ from agentrt.runtime import events as ev
 from agentrt.runtime.actions import Prefetch
 from agentrt.runtime.runtime import AgentRuntime
 
+from conftest import FixedPredictor as Fixed
+
 BS = 16
-
-
-class Fixed:
-    """Predicts, for every workflow, the same next-agent distribution at every step."""
-    kind = "fixed"
-
-    def __init__(self, agents, probs, horizon=2):
-        self.agents = list(agents)
-        self.horizon = horizon
-        row = np.array(list(probs) + [1.0 - sum(probs)])
-        self.row = row
-
-    def predict_batch(self, states):
-        return np.tile(self.row, (len(states), self.horizon, 1))
 
 
 def setup(policy, gpu=100, host=0):

@@ -12,20 +12,9 @@ from agentrt.runtime.branches import common_ancestor, untag_dead_branch
 from agentrt.runtime.runtime import AgentRuntime
 from agentrt.runtime.state import BlockTag, WorkflowState, tag_block, threads_of
 
+from conftest import FixedPredictor as Fixed
+
 BS = 16
-
-
-class Fixed:
-    """Predicts, for every workflow, the same next-agent distribution at every step."""
-    kind = "fixed"
-
-    def __init__(self, agents, probs, horizon=2):
-        self.agents = list(agents)
-        self.horizon = horizon
-        self.row = np.array(list(probs) + [1.0 - sum(probs)])
-
-    def predict_batch(self, states):
-        return np.tile(self.row, (len(states), self.horizon, 1))
 
 
 def setup(policy, gpu=100):

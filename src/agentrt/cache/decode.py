@@ -21,14 +21,7 @@ class DecodeGrowth:
         Returns False, changing nothing, if free plus evictable blocks are fewer than `n` (the
         engine then preempts a request).
         """
-        free = self.gpu_capacity - self.gpu_used - self.reserved
-        if n > free:
-            if n > free + self.gpu_used - self.locked_gpu:
-                return False
-            self.evict(n - free)
-        self.reserved += n
-        lease.reserved += n
-        return True
+        return self.grow_all([(lease, n)], n)
 
     def grow_all(self, wants: list[tuple[Lease, int]], total: int) -> bool:
         """`grow` for several leases at once (`total` = the sum of their n), all or nothing, with

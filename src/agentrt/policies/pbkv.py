@@ -123,24 +123,32 @@ class PBKVHEPolicy(PBKVLAEPolicy):
             self._out.pop(e.workflow, None)
             self.epoch += 1
 
-    def _refresh(self) -> None:
-        """Predict, in one batch, for the workflows whose state changed; cache thread values."""
+    def _predict_dirty(self) -> list:
+        """Predict, in one batch, for the live workflows whose state changed: [(workflow, out)].
+
+        Each workflow's latest prediction is kept in `_out`; the dirty set is cleared.
+        """
         if not self._dirty or self.predictor is None:
             self._dirty.clear()
-            return
+            return []
         wfs = [self.runtime.workflows[w] for w in self._dirty if w in self.runtime.workflows]
         self._dirty.clear()
         wfs = [w for w in wfs if w.path]
         if not wfs:
-            return
+            return []
         out = self.predictor.predict_batch([PathState(list(w.path), w.signal) for w in wfs])
         if self.noise > 0:
             q = self._rng.dirichlet(np.ones(out.shape[2]), size=out.shape[:2])
             out = (1.0 - self.noise) * out + self.noise * q
-        weights = self._weights
-        idx = self._index
         for w, o in zip(wfs, out):
             self._out[w.id] = o
+        return list(zip(wfs, out))
+
+    def _refresh(self) -> None:
+        """Predict for the workflows whose state changed; cache their threads' lookahead values."""
+        weights = self._weights
+        idx = self._index
+        for w, o in self._predict_dirty():
             values = weights @ o                      # (V+1,): sum_k gamma^(k-1) out[k, a]
             for agent, th in w.threads.items():
                 i = idx.get(agent)

@@ -47,7 +47,6 @@ from collections import deque
 import numpy as np
 
 from agentrt.policies.pbkv import PBKVPolicy
-from agentrt.predict.base import PathState
 from agentrt.runtime import events as ev
 from agentrt.runtime.state import threads_of
 
@@ -190,18 +189,7 @@ class PBKVTimePolicy(PBKVPolicy):
 
     # ------------------------------------------------------------------ densities
     def _refresh(self) -> None:
-        dirty = self._dirty
-        if self.predictor is not None and dirty:
-            wfs = [self.runtime.workflows[w] for w in dirty if w in self.runtime.workflows]
-            wfs = [w for w in wfs if w.path]
-            if wfs:
-                out = self.predictor.predict_batch([PathState(list(w.path), w.signal) for w in wfs])
-                if self.noise > 0:
-                    q = self._rng.dirichlet(np.ones(out.shape[2]), size=out.shape[:2])
-                    out = (1.0 - self.noise) * out + self.noise * q
-                for w, o in zip(wfs, out):
-                    self._out[w.id] = o
-        dirty.clear()
+        self._predict_dirty()
         if self.predictor is None or not self._out:
             return
         self._densities()
