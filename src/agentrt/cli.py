@@ -53,6 +53,27 @@ def parse_policy_options(items: list[str], policies: list[str]) -> dict:
     return out
 
 
+def scheduler_options(name: str, max_wait: float | None, tenant_weights: str | None,
+                      max_hold: float | None = None) -> dict:
+    """Check `--scheduler` and its options before any replay; the scheduler's keyword options."""
+    from agentrt.sched.registry import make_scheduler
+    opts: dict = {}
+    if max_wait is not None:
+        if not max_wait > 0:
+            raise AgentrtError(f"--max-wait must be > 0 seconds, got {max_wait}")
+        opts["max_wait_s"] = max_wait
+    if max_hold is not None:
+        if not max_hold > 0:
+            raise AgentrtError(f"--max-hold must be > 0 seconds, got {max_hold}")
+        opts["max_hold_s"] = max_hold
+    if tenant_weights is not None:
+        if name != "fair":
+            raise AgentrtError("--tenant-weights applies to --scheduler fair only")
+        opts["weights"] = tenant_weights
+    make_scheduler(name, **opts)
+    return opts
+
+
 @app.command()
 def bench(
     trace: Optional[Path] = typer.Option(None, "--trace", help="replay this trace file (.jsonl or .jsonl.gz)"),
@@ -74,6 +95,10 @@ def bench(
     predictor_kind: str = typer.Option("graphsage", "--predictor-kind", help="PBKV: graphsage, markov or rgcn"),
     predictor_noise: float = typer.Option(0.0, "--predictor-noise", help="PBKV: blend predictions with random ones at this strength (0 to 1)"),
     set_: list[str] = typer.Option([], "--set", help="policy option, e.g. --set cachesage.lookahead=4 (repeatable)"),
+    scheduler: str = typer.Option("fcfs", "--scheduler", help="admission order of waiting calls (see `agentrt schedulers`)"),
+    max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler starvation bound: a call waiting longer than this many seconds goes first (default 60)"),
+    max_hold: Optional[float] = typer.Option(None, "--max-hold", help="schedulers that hold new workflows back (agent): the longest hold in seconds (default 600)"),
+    tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,... (unnamed tenants weigh 1)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     engine: str = typer.Option("sim", "--engine", help="sim: the simulator; vllm: a live vLLM server per policy (needs the vllm extra)"),
     model_size: str = typer.Option("tiny", "--model-size", help="[vllm] local random-weight model: tiny or small"),
@@ -129,7 +154,8 @@ def bench(
         try:
             _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, plot, model_size,
                         vllm_blocks, host_blocks, scale, time_scale, think_scale, max_calls,
-                        concurrency, seed, log_dir)
+                        concurrency, seed, log_dir, scheduler,
+                        scheduler_options(scheduler, max_wait, tenant_weights))
         finally:
             source.close()
         return
@@ -138,6 +164,7 @@ def bench(
     if predictor is not None and not predictor.is_file():
         raise AgentrtError(f"--predictor {predictor}: no such file")
     popts = parse_policy_options(set_, names)
+    sopts = scheduler_options(scheduler, max_wait, tenant_weights, max_hold)
     for name in names:
         if name in PBKV_PREDICTING:
             o = popts.setdefault(name, {})
@@ -149,7 +176,7 @@ def bench(
                         concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                         time_scale=time_scale,
                         train_path=str(train) if train else None,
-                        policy_options=popts)
+                        policy_options=popts, scheduler=scheduler, scheduler_options=sopts)
     try:
         with Progress(TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, disable=quiet, transient=True) as prog:
@@ -170,8 +197,10 @@ def bench(
 
 def _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, plot, model_size,
                 vllm_blocks, host_blocks, scale, time_scale, think_scale, max_calls, concurrency, seed,
-                log_dir) -> None:
-    """`bench --engine vllm`: see agentrt.enginebench.runner."""
+                log_dir, scheduler: str = "fcfs", sched_options: dict | None = None) -> None:
+    """`bench --engine vllm`: see agentrt.enginebench.runner. With a scheduler other than fcfs,
+    stock vLLM (lru, fcfs) runs first and every policy then runs under the scheduler, its
+    priorities carried by vLLM's `--scheduling-policy priority`."""
     import importlib.util
     if importlib.util.find_spec("vllm") is None:
         raise AgentrtError('--engine vllm needs vLLM: pip install -e ".[vllm]"')
@@ -185,7 +214,8 @@ def _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, pl
                               concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                               train_path=str(train) if train else None,
                               policy_options=parse_policy_options(set_, names),
-                              log_dir=str(log_dir) if log_dir else None)
+                              log_dir=str(log_dir) if log_dir else None,
+                              scheduler=scheduler, scheduler_options=dict(sched_options or {}))
     with Progress(TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, disable=quiet, transient=True) as prog:
         def factory(name: str, total: int):
@@ -205,6 +235,14 @@ def policies() -> None:
     from agentrt.policies.registry import describe, policy_names
     for n in policy_names():
         typer.echo(f"{n:18s} {describe(n)}")
+
+
+@app.command()
+def schedulers() -> None:
+    """List the admission schedulers `bench --scheduler` accepts by name."""
+    from agentrt.sched.registry import describe_scheduler, scheduler_names
+    for n in scheduler_names():
+        typer.echo(f"{n:18s} {describe_scheduler(n)}")
 
 
 @app.command()

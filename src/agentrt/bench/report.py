@@ -36,7 +36,8 @@ def result_table(doc: dict) -> Table:
     t = Table(title=f"{doc['trace']}: {doc['calls']:,} calls, {doc['workflows']:,} workflows, "
                     f"{cfg['gpu_blocks']:,} GPU blocks x {cfg['block_size']} tokens"
                     + (f", {cfg['host_blocks']:,} host blocks" if cfg.get("host_blocks") else "")
-                    + f", {cfg['preset']}")
+                    + f", {cfg['preset']}"
+                    + (f", scheduler {cfg['scheduler']}" if cfg.get("scheduler", "fcfs") != "fcfs" else ""))
     cols = [("policy", "left"), ("hit rate", "right"), ("host hit", "right"),
             ("prefill tok", "right"), ("TTFT mean s", "right"), ("TTFT p99 s", "right"),
             ("E2E mean s", "right"), ("E2E p99 s", "right"), ("tok/s", "right")]

@@ -32,6 +32,8 @@ class BenchOptions:
     train_fraction: float | None = None   # hold back this share of workflows for offline training
     train_path: str | None = None         # or train on this separate trace
     policy_options: dict = field(default_factory=dict)   # {policy: {option: value}}
+    scheduler: str = "fcfs"               # admission order (agentrt.sched)
+    scheduler_options: dict = field(default_factory=dict)
 
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -43,6 +45,11 @@ def engine_config(opts: BenchOptions, block_size: int) -> EngineConfig:
                         max_batch_tokens=opts.max_batch_tokens, max_running=opts.max_running)
 
 
+
+
+def make_bench_scheduler(opts: BenchOptions):
+    from agentrt.sched.registry import make_scheduler
+    return make_scheduler(opts.scheduler, seed=opts.seed, **opts.scheduler_options)
 
 
 def make_trained_policy(name: str, source: TraceSource, opts: BenchOptions):
@@ -78,7 +85,8 @@ def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream
     policy = make_trained_policy(name, source, opts)
     conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
     sim = Simulator(cfg, policy, source.eval_calls(), concurrency=conc,
-                    record_stream=record_stream, progress=progress, time_scale=opts.time_scale)
+                    record_stream=record_stream, progress=progress, time_scale=opts.time_scale,
+                    scheduler=make_bench_scheduler(opts))
     sim.run()
     return sim
 
@@ -129,7 +137,7 @@ def run_oracle(source: TraceSource, opts: BenchOptions, order: list[tuple[str, i
         future = FutureUses(source.eval_calls(), order, source.header.block_size)
         sim = Simulator(cfg, OraclePolicy(future, seed=opts.seed), source.eval_calls(),
                         concurrency=conc, record_stream=True, time_scale=opts.time_scale,
-                        progress=progress if i == 0 else None)
+                        progress=progress if i == 0 else None, scheduler=make_bench_scheduler(opts))
         sim.run()
         if best is None or sim.metrics.gpu_hit_tokens > best.metrics.gpu_hit_tokens:
             best = sim
@@ -149,6 +157,7 @@ def _offline_row(b) -> dict:
 def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
               progress: ProgressFactory | None = None) -> dict:
     check_names(policies)
+    make_bench_scheduler(opts)      # a bad scheduler name or option fails before any replay
     get_preset(opts.preset)
     split = plan_split(source, policies, opts)
     bs = source.header.block_size

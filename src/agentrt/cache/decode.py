@@ -63,6 +63,8 @@ class DecodeGrowth:
             else:
                 node = self._insert_child(node, h, locked=True)
         self.gpu_used += created
+        tb = self.tenant_blocks
+        tb[lease.tenant] = tb.get(lease.tenant, 0) + created
         self.locked_gpu += created
         self.reserved -= created
         lease.reserved -= k

@@ -82,6 +82,7 @@ class EvictionHeaps:
         removed: list[Block] = []
         notify = self.on_evict is not None
         recency = self._recency
+        tb = self.tenant_blocks
         demote = self.host_capacity > 0
         b: Block | None = None
         while done < n:
@@ -100,6 +101,7 @@ class EvictionHeaps:
             parent = b.parent
             parent.gpu_children -= 1
             self.gpu_used -= 1
+            tb[b.tenant] -= 1
             self.evictions += 1
             if demote:
                 b.tier = HOST

@@ -15,6 +15,7 @@ def check_cache(cache: "RadixKVCache") -> None:
     live_heap = {id(b) for _, seq, b in cache._heap if b.heap_seq == seq}
     live_host = {id(b) for _, seq, b in cache._host_heap if b.host_seq == seq}
     for tenant, root in cache.roots.items():
+        gpu_before = gpu
         assert root.parent is None and root.tier == GPU and root.lock_ref >= 1, f"root of {tenant} broken"
         stack = [root]
         while stack:
@@ -46,6 +47,8 @@ def check_cache(cache: "RadixKVCache") -> None:
                 host += 1
                 if node.lock_ref == 0 and not node.children:
                     assert id(node) in live_host, f"host leaf {node} missing from the host heap"
+        assert cache.tenant_blocks.get(tenant, 0) == gpu - gpu_before, (
+            f"tenant_blocks[{tenant}] {cache.tenant_blocks.get(tenant, 0)} != {gpu - gpu_before} GPU blocks")
     assert cache.gpu_used == gpu, f"gpu_used {cache.gpu_used} != {gpu} GPU blocks in the tree"
     assert cache.host_used == host, f"host_used {cache.host_used} != {host} host blocks in the tree"
     assert cache.locked_gpu == locked, f"locked_gpu {cache.locked_gpu} != {locked}"

@@ -67,6 +67,7 @@ class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
         self._recency = getattr(type(self.policy).score, "__qualname__", "") in ("Policy.score", "_LRU.score")
         self.roots: dict[str, Block] = {}
         self.gpu_used = 0          # blocks in the tree on the GPU
+        self.tenant_blocks: dict[str, int] = {}   # the same, per tenant
         self.host_used = 0
         self.reserved = 0          # GPU blocks held by running requests, not (yet) in the tree
         self.locked_gpu = 0        # GPU blocks with lock_ref > 0
@@ -188,6 +189,7 @@ class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
         hn.tier = GPU
         self.host_used -= 1
         self.gpu_used += 1
+        self.tenant_blocks[hn.tenant] = self.tenant_blocks.get(hn.tenant, 0) + 1
         self.locked_gpu += 1
         hn.parent.gpu_children += 1
         hn.host_seq = 0
@@ -227,6 +229,8 @@ class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
                 clock = self.touch_clock
         self.touch_clock = clock
         self.gpu_used += created
+        tb = self.tenant_blocks
+        tb[lease.tenant] = tb.get(lease.tenant, 0) + created
         self.locked_gpu += created
         self.reserved -= created
         inserted = end - start if end > start else 0
@@ -261,6 +265,7 @@ class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
             parent.children[hash_id] = child
             parent.gpu_children += 1
             self.gpu_used += 1
+            self.tenant_blocks[parent.tenant] = self.tenant_blocks.get(parent.tenant, 0) + 1
         elif child.tier == HOST:
             # computed again while a copy sat on the host: keep the fresh GPU copy, drop the host one
             child.tier = GPU
@@ -268,6 +273,7 @@ class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
             self.host_used -= 1
             parent.gpu_children += 1
             self.gpu_used += 1
+            self.tenant_blocks[parent.tenant] = self.tenant_blocks.get(parent.tenant, 0) + 1
         else:
             # a concurrent request inserted the same block first: share it, return our reservation
             pass

@@ -1,9 +1,9 @@
-"""A request's lifecycle in the simulated engine: arrival, admission, prefill done, finish.
+"""A request's lifecycle in the simulated engine: arrival, prefill done, finish.
 
-A mixin of `Simulator`. Admission locks the cached prefix and reserves what the prefill needs
-(`RadixKVCache.acquire`); a request admitted again after a preemption (`preemption.py`) prefills
-its prompt plus what it had generated, and is counted only as recomputation: prompt tokens, hits,
-the TTFT and the `admitted` order stay those of the first admission. At the finish, the output
+A mixin of `Simulator`; admission is in `admission.py`. A request admitted again after a
+preemption (`preemption.py`) prefills its prompt plus what it had generated, and is counted only
+as recomputation: prompt tokens, hits, the TTFT and the `admitted` order stay those of the first
+admission. At the finish, the output
 blocks are cached locked on the request's path, the runtime sees `CallFinished` with the deepest
 block (so it tags output blocks too), and only then is the path unlocked and scored.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, Request
+from agentrt.engine.request import DECODE, DONE, Request
 from agentrt.runtime import events as ev
 from agentrt.trace.schema import Call
 
@@ -33,71 +33,10 @@ class RequestLifecycle:
         if m.first_arrival is None or t < m.first_arrival:
             m.first_arrival = t
         self.waiting.append(r)
+        if self._reorders:
+            self._admit_blocked = False     # it may rank before the blocked one
         if self._events:
             self._observe(ev.CallArrived(self.now, info))
-
-    def _admit(self: "Simulator") -> None:
-        cache = self.cache
-        bs = self.config.block_size
-        now = self.now
-        m = self.metrics
-        while self.waiting and len(self.running) < self.config.max_running:
-            r = self.waiting[0]
-            info = r.info
-            resumed = r.preemptions > 0
-            if not resumed and r.total_blocks > cache.gpu_capacity:
-                r.oversize = True
-                r.state = PREFILL
-                lease = None
-            else:
-                lease = cache.acquire(info.tenant, r.hash_ids, r.n_full, r.extra_blocks, now)
-                if lease is None:
-                    self._admit_blocked = True
-                    return
-            self.waiting.popleft()
-            self.running.append(r)
-            r.lease = lease
-            gpu_tok = host_tok = 0
-            if lease is not None:
-                cap = r.prompt_len - 1
-                gpu_tok = min(lease.gpu_hit * bs, cap)
-                host_tok = min((lease.gpu_hit + lease.host_hit) * bs, cap) - gpu_tok
-                if lease.host_hit:
-                    start = max(now, self._pcie_free)
-                    self._pcie_free = start + self.cost.pcie_seconds(lease.host_hit * self.config.block_bytes)
-                    r.ready_at = self._pcie_free
-                    r.state = LOADING
-                else:
-                    r.state = PREFILL
-                if self._inflight and lease.gpu_hit:
-                    self._wait_for_prefetch(r, lease, now)
-                m.block_touches += lease.gpu_hit + lease.host_hit
-            r.hit_tokens = gpu_tok + host_tok
-            r.context = r.hit_tokens
-            r.prefill_left = r.prompt_len - r.hit_tokens
-            if resumed:
-                # hit rate and prefill tokens stay per first admission; this is the price of preempting
-                redo = r.computed - r.hit_tokens if r.computed > r.hit_tokens else 0
-                if info.warmup:
-                    m.warmup_prefill_tokens += redo
-                else:
-                    m.recompute_tokens += redo
-                info.extra["resumed"] = r.preemptions
-            elif info.warmup:
-                m.warmup_calls += 1
-                m.warmup_prefill_tokens += r.prefill_left
-            else:
-                m.prompt_tokens += info.input_length
-                m.gpu_hit_tokens += gpu_tok
-                m.host_hit_tokens += host_tok
-                m.prefill_tokens += r.prefill_left
-                if r.oversize:
-                    m.oversize_calls += 1
-                if self.stream is not None:
-                    self.stream.append((info.tenant, info.hash_ids[:r.n_full], info.input_length, True))
-                    self.admitted.append((info.workflow, info.index))
-            if self._events and lease is not None:
-                self._observe(ev.CallAdmitted(now, info, lease.node, lease.gpu_hit, lease.host_hit))
 
     def _prefill_done(self: "Simulator", r: Request) -> None:
         now = self.now

@@ -21,6 +21,10 @@ def _mean(xs: list[float]) -> float:
     return float(np.mean(xs)) if xs else 0.0
 
 
+def _p50(xs: list[float]) -> float:
+    return float(np.percentile(xs, 50)) if xs else 0.0
+
+
 def _p90(xs: list[float]) -> float:
     return float(np.percentile(xs, 90)) if xs else 0.0
 
@@ -54,6 +58,7 @@ class Metrics:
     wall_seconds: float = 0.0
     ttft: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
+    queue_wait: list[float] = field(default_factory=list)   # arrival to first admission, per user call
 
     def summary(self) -> dict:
         pt = self.prompt_tokens or 1
@@ -64,10 +69,14 @@ class Metrics:
             "host_hit_rate": self.host_hit_tokens / pt,
             "prefill_tokens": self.prefill_tokens,
             "ttft_mean_s": _mean(self.ttft),
+            "ttft_p50_s": _p50(self.ttft),
             "ttft_p90_s": _p90(self.ttft),
             "ttft_p99_s": _p99(self.ttft),
             "e2e_mean_s": _mean(self.e2e),
+            "e2e_p50_s": _p50(self.e2e),
             "e2e_p99_s": _p99(self.e2e),
+            "wait_p99_s": _p99(self.queue_wait),
+            "wait_max_s": max(self.queue_wait, default=0.0),
             "throughput_tok_s": tokens / span if span > 0 else 0.0,
             "calls": self.calls,
             "workflows": self.workflows,

@@ -37,14 +37,24 @@ class Preemption:
             if r.state != DECODE or r.context % bs or r.lease is None:
                 continue
             while not grow(r.lease, 1):
-                victim = None
-                for v in reversed(self.running):
-                    if v.lease is not None and v.state != WAITING:
-                        victim = v
-                        break
+                victim = self._victim()
                 self._preempt(victim)
                 if victim is r:
                     break
+
+    def _victim(self: "Simulator") -> Request | None:
+        """The running request to preempt: the most recently admitted one (FCFS, as vLLM), or
+        under a reordering scheduler the lowest-ranked one (vLLM's priority scheduling)."""
+        if self._reorders:
+            view = self._view
+            view.now = self.now
+            rank = self.sched.rank
+            held = [v for v in self.running if v.lease is not None and v.state != WAITING]
+            return max(held, key=lambda v: rank(v.info, v.arrival, view)) if held else None
+        for v in reversed(self.running):
+            if v.lease is not None and v.state != WAITING:
+                return v
+        return None
 
     def _preempt(self: "Simulator", r: Request) -> None:
         """Free `r`'s memory, keeping its completed blocks as cache, and queue it at the front."""

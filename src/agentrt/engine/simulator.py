@@ -3,15 +3,18 @@
 Model (vLLM V1 / SGLang style)
 - Continuous batching: each iteration runs one decode token for every decoding request and fills
   the rest of a token budget (`max_batch_tokens`) with prefill chunks in admission order
-  (chunked prefill); at most `max_running` requests run at once. Waiting requests are admitted
-  FCFS; when the head does not fit in GPU memory it waits (no skipping).
+  (chunked prefill; a scheduler that `shapes_batch` orders those chunks instead); at most
+  `max_running` requests run at once. Waiting requests are admitted
+  in the scheduler's order (`admission.py`; default FCFS: when the head does not fit in GPU
+  memory it waits, no skipping).
 - Admission locks the prompt's cached prefix and reserves GPU blocks for the rest of the prompt,
   its partial last block and the first output token (all prompt blocks at once, not per chunk).
   Host-tier hits are loaded over PCIe, a serial link: the request starts its prefill when its
   load is done. Computed prompt blocks enter the cache when the prefill completes (the iteration
   that also emits the first token).
 - Output blocks are allocated as decoding crosses block boundaries, evicting cache if none is
-  free and else preempting the most recently admitted request (recompute; `preemption.py`).
+  free and else preempting the most recently admitted request, or under a reordering scheduler
+  the lowest-ranked one, as vLLM's priority scheduling does (recompute; `preemption.py`).
   Running requests get their blocks before waiting ones are admitted, and none is admitted in an
   iteration that preempted. Completed output blocks enter the cache when the request finishes,
   locked on its path until the runtime has tagged them.
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 
 from agentrt.cache.radix import RadixKVCache
 from agentrt.engine.actions import RuntimeActions
+from agentrt.engine.admission import Admission, CacheQueueView
 from agentrt.engine.costs import CostModel
 from agentrt.engine.lifecycle import RequestLifecycle
 from agentrt.engine.metrics import Metrics
@@ -44,6 +48,8 @@ from agentrt.engine.replay import WorkflowReplay
 from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, WAITING, Request
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.runtime import AgentRuntime
+from agentrt.sched.base import Scheduler
+from agentrt.sched.kvshare import TenantShares
 from agentrt.trace.schema import Call
 
 
@@ -71,17 +77,26 @@ class EngineConfig:
         return self.preset.model.kv_bytes_per_token * self.block_size
 
 
-class Simulator(RequestLifecycle, RuntimeActions, Preemption):
+class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
     def __init__(self, config: EngineConfig, policy: Policy | AgentRuntime, calls: Iterator[Call],
                  concurrency: int | None = None, record_stream: bool = False,
                  time_scale: float = 1.0,
-                 progress: Callable[[int], None] | None = None) -> None:
+                 progress: Callable[[int], None] | None = None,
+                 scheduler: Scheduler | None = None) -> None:
         self.config = config
+        self.sched = scheduler if scheduler is not None else Scheduler()
+        if getattr(self.sched, "kv_shares", False) and not isinstance(policy, AgentRuntime):
+            policy = TenantShares(policy, getattr(self.sched, "weights", None))
         self.runtime = policy if isinstance(policy, AgentRuntime) else AgentRuntime(policy)
         self.policy = self.runtime.policy
         self.cost = CostModel(config.preset)
         self.cache = RadixKVCache(config.gpu_blocks, config.host_blocks, self.policy, config.block_bytes)
         self.runtime.touch_clock = lambda: self.cache.touch_clock
+        if isinstance(self.policy, TenantShares):
+            self.policy.attach(self.cache)
+        self._reorders = self.sched.reorders
+        self._view = CacheQueueView(self.cache) if self._reorders else None
+        self._shapes = self.sched.shapes_batch
         self.replay = WorkflowReplay(calls, concurrency, time_scale)
         self.metrics = Metrics()
         self.stream: list | None = [] if record_stream else None
@@ -92,17 +107,30 @@ class Simulator(RequestLifecycle, RuntimeActions, Preemption):
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._admit_blocked = False
+        self._wake_at: float | None = None   # when a call held back by the scheduler ages
         self._preempted = False          # a request was preempted in this iteration
         self._pcie_free = 0.0
         self._rid = 0
-        self._events = self.runtime.wants_events
-        self._observe = self.runtime.observe
+        self._events = self.runtime.wants_events or self.sched.wants_events
+        self._observe = self._observer()
         self._acts = self.policy.acts
         self._inflight: dict = {}        # prefetched block -> time its PCIe transfer is done
         self._last_decode_only = False   # the latest iteration (or fast-forward stretch) had no prefill
         self._last_iter_s = 0.0
-        if self._events:
+        if self.runtime.wants_events:
             self.cache.on_evict = self._on_evict
+
+    def _observer(self) -> Callable:
+        rt, sched = self.runtime, self.sched
+        if not sched.wants_events:
+            return rt.observe
+        if not rt.wants_events:
+            return sched.observe
+
+        def both(e) -> None:
+            rt.observe(e)
+            sched.observe(e)
+        return both
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> Metrics:
@@ -120,6 +148,9 @@ class Simulator(RequestLifecycle, RuntimeActions, Preemption):
                     break
                 self.now = max(self.now, t)
                 continue
+            if self._wake_at is not None and self.now >= self._wake_at:
+                self._wake_at = None
+                self._admit_blocked = False
             if self._acts:
                 self._act()
             now = self.now
@@ -162,7 +193,7 @@ class Simulator(RequestLifecycle, RuntimeActions, Preemption):
             budget = budget_max - tokens
             chunks = []
             if budget > 0:
-                for r in self.running:
+                for r in (self._prefill_order() if self._shapes else self.running):
                     if r.state == PREFILL:
                         n = r.prefill_left if r.prefill_left < budget else budget
                         chunks.append((r, n))
@@ -176,7 +207,7 @@ class Simulator(RequestLifecycle, RuntimeActions, Preemption):
                 if preempted:
                     continue         # admit in the next iteration
                 nxt = replay.next_arrival()
-                cands = [t for t in (nxt, loading_until) if t is not None]
+                cands = [t for t in (nxt, loading_until, self._wake_at) if t is not None]
                 if not cands:
                     raise RuntimeError("simulator stalled: requests wait but nothing can run")
                 self.now = max(now, min(cands))
@@ -208,6 +239,15 @@ class Simulator(RequestLifecycle, RuntimeActions, Preemption):
         m.d2h_bytes = self.cache.d2h_bytes
         m.late_arrivals = replay.late_arrivals
         return m
+
+    def _prefill_order(self) -> list[Request]:
+        """Admitted requests in the order the scheduler gives them prefill tokens."""
+        pre = [r for r in self.running if r.state == PREFILL]
+        if len(pre) > 1:
+            rank = self.sched.batch_rank
+            now = self.now
+            pre.sort(key=lambda r: rank(r.info, r.arrival, r.prefill_left, now))
+        return pre
 
     def _fast_forward(self, decode: list[Request], ctx: int, steps_max: int,
                       loading_until: float | None) -> bool:

@@ -1,0 +1,177 @@
+"""Admission: which waiting requests the simulated engine admits, in the scheduler's order.
+
+A mixin of `Simulator`. With the default scheduler (`fcfs`) the waiting queue stays in arrival
+order (a preempted request goes back to its front) and the first request that does not fit
+blocks the rest, as in vLLM's FCFS. A reordering scheduler (`agentrt.sched`) ranks the queue
+before each admission pass and may hold calls back (`defer`) until an event or their
+hold bound (`max_hold_s`). When the best request does not fit and the scheduler `skips_blocked`,
+later requests are admitted only if they fit in free blocks (they evict nothing), and never past
+a request that has waited more than the scheduler's `max_wait_s`.
+Admission locks the cached prefix and reserves what the prefill needs (`RadixKVCache.acquire`);
+a request admitted again after a preemption prefills its prompt plus what it had generated and
+is counted only as recomputation (see `lifecycle.py`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentrt.cache.block import GPU
+from agentrt.engine.request import LOADING, PREFILL, Request
+from agentrt.runtime import events as ev
+
+if TYPE_CHECKING:
+    from agentrt.engine.simulator import Simulator
+
+
+class CacheQueueView:
+    """What schedulers see of the simulated cache: each waiting call's resident prefix.
+
+    Matches are incremental: the deepest matched block of each call is remembered and, while it
+    is still on the GPU (so are its ancestors: a GPU block's parent is on the GPU), the next
+    lookup only extends it; a call whose matched block left the GPU is matched again from the root.
+    """
+
+    __slots__ = ("cache", "now", "_memo")
+
+    def __init__(self, cache) -> None:
+        self.cache = cache
+        self.now = 0.0
+        self._memo: dict[int, tuple] = {}
+
+    def cached_blocks(self, call) -> int:
+        memo = self._memo.get(call.rid)
+        if memo is not None and memo[0].tier == GPU:
+            node, depth = memo
+        else:
+            node = self.cache.roots.get(call.tenant)
+            if node is None:
+                return 0
+            depth = 0
+        hids = call.hash_ids
+        n = call.n_full
+        while depth < n:
+            child = node.children.get(hids[depth])
+            if child is None or child.tier != GPU:
+                break
+            node = child
+            depth += 1
+        self._memo[call.rid] = (node, depth)
+        return depth
+
+    @property
+    def capacity_blocks(self) -> int:
+        return self.cache.gpu_capacity
+
+    @property
+    def reserved_blocks(self) -> int:
+        return self.cache.reserved
+
+    def forget(self, rid: int) -> None:
+        self._memo.pop(rid, None)
+
+
+class Admission:
+    def _order_waiting(self: "Simulator") -> None:
+        view = self._view
+        view.now = self.now
+        rank = self.sched.rank
+        ordered = sorted(self.waiting, key=lambda r: rank(r.info, r.arrival, view))
+        self.waiting.clear()
+        self.waiting.extend(ordered)
+
+    def _fits_free(self: "Simulator", r: Request) -> bool:
+        gpu, host = self.cache.match(r.info.tenant, r.hash_ids, r.n_full)
+        return r.n_full - gpu + r.extra_blocks <= self.cache.free
+
+    def _admit(self: "Simulator") -> None:
+        cache = self.cache
+        sched = self.sched
+        bs = self.config.block_size
+        now = self.now
+        m = self.metrics
+        waiting = self.waiting
+        if sched.reorders and len(waiting) > 1:
+            self._order_waiting()
+        blocked = False
+        wake = None
+        defers = sched.defers
+        i = 0
+        while i < len(waiting) and len(self.running) < self.config.max_running:
+            r = waiting[i]
+            info = r.info
+            resumed = r.preemptions > 0
+            if defers and not resumed and sched.may_hold(r.arrival, now):
+                self._view.now = now
+                if sched.defer(info, r.arrival, self._view):
+                    t = r.arrival + sched.max_hold_s
+                    wake = t if wake is None or t < wake else wake
+                    i += 1
+                    continue
+            if not resumed and r.total_blocks > cache.gpu_capacity:
+                r.oversize = True
+                r.state = PREFILL
+                lease = None
+            else:
+                if blocked and not self._fits_free(r):
+                    i += 1
+                    continue
+                lease = cache.acquire(info.tenant, r.hash_ids, r.n_full, r.extra_blocks, now)
+                if lease is None:
+                    if not sched.skips_blocked or sched.aged(r.arrival, now):
+                        self._admit_blocked = True
+                        return
+                    blocked = True
+                    i += 1
+                    continue
+            del waiting[i]
+            self.running.append(r)
+            r.lease = lease
+            if self._view is not None:
+                self._view.forget(info.rid)
+            gpu_tok = host_tok = 0
+            if lease is not None:
+                cap = r.prompt_len - 1
+                gpu_tok = min(lease.gpu_hit * bs, cap)
+                host_tok = min((lease.gpu_hit + lease.host_hit) * bs, cap) - gpu_tok
+                if lease.host_hit:
+                    start = max(now, self._pcie_free)
+                    self._pcie_free = start + self.cost.pcie_seconds(lease.host_hit * self.config.block_bytes)
+                    r.ready_at = self._pcie_free
+                    r.state = LOADING
+                else:
+                    r.state = PREFILL
+                if self._inflight and lease.gpu_hit:
+                    self._wait_for_prefetch(r, lease, now)
+                m.block_touches += lease.gpu_hit + lease.host_hit
+            r.hit_tokens = gpu_tok + host_tok
+            r.context = r.hit_tokens
+            r.prefill_left = r.prompt_len - r.hit_tokens
+            if resumed:
+                # hit rate and prefill tokens stay per first admission; this is the price of preempting
+                redo = r.computed - r.hit_tokens if r.computed > r.hit_tokens else 0
+                if info.warmup:
+                    m.warmup_prefill_tokens += redo
+                else:
+                    m.recompute_tokens += redo
+                info.extra["resumed"] = r.preemptions
+            elif info.warmup:
+                m.warmup_calls += 1
+                m.warmup_prefill_tokens += r.prefill_left
+            else:
+                m.prompt_tokens += info.input_length
+                m.gpu_hit_tokens += gpu_tok
+                m.host_hit_tokens += host_tok
+                m.prefill_tokens += r.prefill_left
+                m.queue_wait.append(now - r.arrival)
+                if r.oversize:
+                    m.oversize_calls += 1
+                if self.stream is not None:
+                    self.stream.append((info.tenant, info.hash_ids[:r.n_full], info.input_length, True))
+                    self.admitted.append((info.workflow, info.index))
+            if self._events and lease is not None:
+                self._observe(ev.CallAdmitted(now, info, lease.node, lease.gpu_hit, lease.host_hit))
+        if blocked or wake is not None:
+            # nothing changes until an arrival, a finish or a held call's wait bound
+            self._admit_blocked = True
+            self._wake_at = wake

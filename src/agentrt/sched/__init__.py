@@ -1,0 +1,1 @@
+"""Admission schedulers: which waiting call an engine admits next (see `base.py`)."""
