@@ -43,11 +43,14 @@ class Prefetching:
         for b in path[start:]:
             if b.tier != HOST or len(loaded) >= max_blocks:
                 break
+            b.lock_ref += 1    # keep it from host eviction while room is made (a demotion may evict the host tier)
             if self.free <= 0:
                 victim = self._peek() if evict_below is not None else None
                 if victim is None or not victim[0] < evict_below or self.evict(1) == 0:
+                    b.lock_ref -= 1
+                    if b.lock_ref == 0 and not b.children and b.host_seq == 0:
+                        self._push_host(b)     # its heap entry may have been dropped while locked
                     break
-            b.lock_ref += 1
             self._load(b)
             loaded.append(b)
             last = b

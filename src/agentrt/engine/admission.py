@@ -32,10 +32,11 @@ class CacheQueueView:
     lookup only extends it; a call whose matched block left the GPU is matched again from the root.
     """
 
-    __slots__ = ("cache", "now", "_memo")
+    __slots__ = ("cache", "engine", "now", "_memo")
 
-    def __init__(self, cache) -> None:
+    def __init__(self, cache, engine) -> None:
         self.cache = cache
+        self.engine = engine          # its `running` list is replaced as requests finish
         self.now = 0.0
         self._memo: dict[int, tuple] = {}
 
@@ -66,6 +67,13 @@ class CacheQueueView:
     @property
     def reserved_blocks(self) -> int:
         return self.cache.reserved
+
+    def tenant_cached_blocks(self, tenant: str) -> int:
+        return self.cache.tenant_blocks.get(tenant, 0)
+
+    def tenant_running_blocks(self, tenant: str) -> int:
+        """GPU blocks the tenant's running requests span (prompt and output, cached ones too)."""
+        return sum(r.total_blocks for r in self.engine.running if r.info.tenant == tenant and r.lease is not None)
 
     def forget(self, rid: int) -> None:
         self._memo.pop(rid, None)
@@ -164,6 +172,11 @@ class Admission:
                 m.host_hit_tokens += host_tok
                 m.prefill_tokens += r.prefill_left
                 m.queue_wait.append(now - r.arrival)
+                ts = m.tenant(info.tenant)
+                ts.calls += 1
+                ts.prompt_tokens += info.input_length
+                ts.gpu_hit_tokens += gpu_tok
+                ts.queue_wait.append(now - r.arrival)
                 if r.oversize:
                     m.oversize_calls += 1
                 if self.stream is not None:

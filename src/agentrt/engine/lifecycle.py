@@ -49,6 +49,7 @@ class RequestLifecycle:
             r.ttft_done = True
             if not r.info.warmup:
                 self.metrics.ttft.append(now - r.arrival)
+                self.metrics.tenant(r.info.tenant).ttft.append(now - r.arrival)
         if r.output_left > 0:
             r.output_left -= 1
             r.context += 1

@@ -34,6 +34,22 @@ def _p99(xs: list[float]) -> float:
 
 
 @dataclass(slots=True)
+class TenantStats:
+    """One tenant's share of a replay (reported when a trace has more than one tenant)."""
+    calls: int = 0
+    prompt_tokens: int = 0
+    gpu_hit_tokens: int = 0
+    ttft: list[float] = field(default_factory=list)
+    queue_wait: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {"calls": self.calls, "wait_p90_s": _p90(self.queue_wait),
+                "wait_max_s": max(self.queue_wait, default=0.0), "hit_rate": self.gpu_hit_tokens / (self.prompt_tokens or 1),
+                "ttft_mean_s": _mean(self.ttft), "ttft_p50_s": _p50(self.ttft),
+                "ttft_p90_s": _p90(self.ttft), "ttft_p99_s": _p99(self.ttft)}
+
+
+@dataclass(slots=True)
 class Metrics:
     calls: int = 0
     workflows: int = 0
@@ -59,6 +75,13 @@ class Metrics:
     ttft: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
     queue_wait: list[float] = field(default_factory=list)   # arrival to first admission, per user call
+    tenants: dict = field(default_factory=dict)   # tenant -> TenantStats
+
+    def tenant(self, name: str) -> "TenantStats":
+        t = self.tenants.get(name)
+        if t is None:
+            t = self.tenants[name] = TenantStats()
+        return t
 
     def summary(self) -> dict:
         pt = self.prompt_tokens or 1
@@ -97,4 +120,6 @@ class Metrics:
             "block_touches": self.block_touches,
             "wall_s": self.wall_seconds,
             "touches_per_s": self.block_touches / self.wall_seconds if self.wall_seconds > 0 else 0.0,
+            **({"tenants": {t: v.summary() for t, v in sorted(self.tenants.items())}}
+               if len(self.tenants) > 1 else {}),
         }

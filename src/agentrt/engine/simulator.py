@@ -95,7 +95,7 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
         if isinstance(self.policy, TenantShares):
             self.policy.attach(self.cache)
         self._reorders = self.sched.reorders
-        self._view = CacheQueueView(self.cache) if self._reorders else None
+        self._view = CacheQueueView(self.cache, self) if self._reorders else None
         self._shapes = self.sched.shapes_batch
         self.replay = WorkflowReplay(calls, concurrency, time_scale)
         self.metrics = Metrics()

