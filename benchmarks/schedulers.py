@@ -42,7 +42,7 @@ PRESET = "qwen3-32b-h200"
 SCHEDULERS = ["fcfs", "lpm", "las", "fair", "agent"]
 EVICTION = ["lru", "pbkv-lae", "pbkv-ta"]
 WORKFLOWS = {"coding": 100, "swebench": 150, "mix": 300}
-GOODPUT_GRID = [0.5, 0.65, 0.8, 1.0, 1.25, 1.5]
+GOODPUT_GRID = [0.5, 0.65, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5]
 
 
 def cli(args: list[str]) -> None:

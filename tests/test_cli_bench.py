@@ -116,10 +116,12 @@ def test_mooncake_conversation_trace_replays_end_to_end(tmp_path):
 
 
 def test_ci_runs_the_readme_test_command():
-    """`.ci/run` must run exactly the test command the README gives a new user."""
+    """`.ci/run` must run exactly the test command the README gives a new user: it reads the
+    README's set-up lines (tests/test_ci_readme.py checks the reading and the running)."""
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()
     ci = (root / ".ci" / "run").read_text()
     cmd = next(line.strip() for line in readme.splitlines() if "pytest" in line and "pip install" in line)
-    assert cmd in ci
+    assert "readme_commands.py test" in ci and "readme_commands.py main" in ci
+    assert "<!-- setup:test" in readme.split(cmd)[0].rsplit("\n\n    ", 1)[0][-200:]

@@ -71,14 +71,17 @@ def _tiny_trace(path) -> None:
     hid = 1000
     for w in range(3):
         sys_p, sys_c = list(range(1, 17)), list(range(101, 117))    # shared system prompts
+        # chained ids: one id always follows the same predecessor (the trace contract)
         own = list(range(hid, hid + 24))
+        coder_own = list(range(hid + 50, hid + 58))
+        more = list(range(hid + 60, hid + 68))
         hid += 100
         lines.append({"workflow": f"w{w}", "agent": "planner", "timestamp": 0, "input_length": 40 * 16,
                       "output_length": 16, "hash_ids": sys_p + own})
         lines.append({"workflow": f"w{w}", "agent": "coder", "think_ms": 20, "input_length": 24 * 16,
-                      "output_length": 16, "hash_ids": sys_c + own[:8]})
+                      "output_length": 16, "hash_ids": sys_c + coder_own})
         lines.append({"workflow": f"w{w}", "agent": "planner", "input_length": 48 * 16,
-                      "output_length": 8, "hash_ids": sys_p + own + list(range(hid, hid + 8)),
+                      "output_length": 8, "hash_ids": sys_p + own + more,
                       "last": True})
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
 

@@ -444,7 +444,8 @@ def test_identity_headers_reach_the_engine(upstream, proxy):
     sessions = set()
     deadline = time.time() + 15
     try:
-        while wf not in sessions and time.time() < deadline:
+        # a named tenant's workflows reach the engine scoped by tenant (serve's tenancy)
+        while f"team-7/{wf}" not in sessions and time.time() < deadline:
             try:
                 parts = sub.recv_multipart()
             except zmq.Again:
@@ -455,9 +456,9 @@ def test_identity_headers_reach_the_engine(upstream, proxy):
                     sessions.add(e["session_id"])
     finally:
         sub.close(linger=0)
-    assert wf in sessions, "no BlockStored event carried the workflow id as session_id"
+    assert f"team-7/{wf}" in sessions, "no BlockStored event carried the workflow id as session_id"
     log = open(upstream.log_path).read()
-    assert (f"'agentrt_workflow': '{wf}', 'agentrt_agent': 'kv-agent', 'agentrt_tenant': 'team-7', "
+    assert (f"'agentrt_workflow': 'team-7/{wf}', 'agentrt_agent': 'kv-agent', 'agentrt_tenant': 'team-7', "
             "'agentrt_end': 'false', 'agentrt_call': 0") in log, "vllm_xargs did not reach the engine"
 
 

@@ -392,3 +392,169 @@ def test_host_tier_serves_an_evicted_prefix_with_the_same_kv(vllm_servers, vllm_
     assert again["choices"][0]["text"] == first["choices"][0]["text"]   # with the KV it had
     st = read_events(str(log), "stats")[-1]
     assert st["host_hit_blocks"] > 0 and st["demoted"] > 0 and not st["failed"]
+
+
+# ---------------------------------------------------------------------------- injected faults
+class _Flaky:
+    """Make methods of an object raise with probability `p` (seeded): faults at random points."""
+
+    def __init__(self, rng: random.Random, p: float) -> None:
+        self.rng, self.p, self.fired = rng, p, 0
+
+    def wrap(self, obj, name: str) -> None:
+        fn = getattr(obj, name)
+
+        def flaky(*args, **kwargs):
+            if self.rng.random() < self.p:
+                self.fired += 1
+                raise RuntimeError(f"injected fault in {type(obj).__name__}.{name}")
+            return fn(*args, **kwargs)
+        setattr(obj, name, flaky)
+
+
+def _connector(policy: str, num_blocks: int, **extra):
+    """The real `AgentRTConnector` (scheduler role) on vLLM's real BlockPool, built from a minimal
+    stand-in for vLLM's config (the connector reads only these fields)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm.v1.core.block_pool import BlockPool
+    from agentrt.vllm.connector import AgentRTConnector
+    kv = SimpleNamespace(kv_connector_extra_config={"policy": policy, **extra})
+    vcfg = SimpleNamespace(kv_transfer_config=kv, cache_config=SimpleNamespace(block_size=BS),
+                           parallel_config=SimpleNamespace(distributed_executor_backend=None))
+    conn = AgentRTConnector(vcfg, KVConnectorRole.SCHEDULER, None)
+    pool = BlockPool(num_gpu_blocks=num_blocks, enable_caching=True, hash_block_size=BS)
+    conn.bind_gpu_block_pool(pool)
+    return conn, pool
+
+
+def _batch(pool, conn, reqs: list) -> list[int]:
+    """One scheduler round for a few concurrent requests, as vLLM's scheduler drives the
+    connector (conn None: stock vLLM, the pool alone). Returns each request's cached blocks."""
+    from agentrt.vllm.connector import AgentRTMetadata
+    held = []
+    for r in reqs:
+        if conn is not None:
+            assert conn.on_new_request(r) is None
+    for r in reqs:
+        hit = []
+        for hh in r.block_hashes:
+            b = pool.get_cached_block(hh, [0])
+            if b is None:
+                break
+            hit.append(b[0])
+        ext = 0
+        if conn is not None:
+            ext, asynchronous = conn.get_num_new_matched_tokens(r, len(hit) * BS)
+            assert asynchronous is False and ext is not None and ext >= 0
+        pool.touch(hit)
+        blocks = hit + pool.get_new_blocks(len(r.block_hashes) - len(hit))
+        ids = [b.block_id for b in blocks]
+        if conn is not None:
+            conn.update_state_after_alloc(r, SimpleNamespace(get_block_ids=lambda ids=ids: (ids,)), ext)
+        pool.cache_full_blocks(r, blocks, len(hit), len(r.block_hashes), BS, 0)
+        held.append((r, blocks, len(hit) + ext // BS))
+    if conn is not None:
+        meta = conn.build_connector_meta(None)
+        assert isinstance(meta, AgentRTMetadata)
+    for r, blocks, _ in held:
+        if conn is not None:
+            assert conn.request_finished(r, [b.block_id for b in blocks]) == (False, None)
+        pool.free_blocks(reversed(blocks))
+    return [n for _, _, n in held]
+
+
+def _requests(seed: int, n: int) -> list:
+    """`n` requests of a few agentic workflows sharing system prompts, some ending their workflow."""
+    rng = random.Random(seed)
+    anchors = [_prompt(1000 + a, 4) for a in range(3)]
+    hist: dict[str, list[bytes]] = {}
+    out = []
+    for i in range(n):
+        wf = f"w{rng.randrange(6)}"
+        a = rng.randrange(3)
+        h = hist.setdefault(wf, list(anchors[a]))
+        h.extend(_prompt(seed * 10_000 + i, rng.randrange(1, 4)))
+        hashes = list(h[:12])
+        xargs = {"agentrt_workflow": wf, "agentrt_agent": f"agent{a}", "agentrt_tenant": f"t{a % 2}"}
+        if rng.random() < 0.2:
+            xargs["agentrt_end"] = 1
+            hist.pop(wf)
+        out.append(SimpleNamespace(request_id=f"r{i}", session_id=None, block_hashes=hashes,
+                                   num_prompt_tokens=len(hashes) * BS + 1,
+                                   num_tokens=len(hashes) * BS + 1, max_tokens=1, status="done",
+                                   sampling_params=SimpleNamespace(extra_args=xargs)))
+    return out
+
+
+def _free_order(pool) -> list:
+    return [(b.block_id, b.block_hash) for b in pool.free_block_queue.get_all_free_blocks()]
+
+
+@requires_vllm
+@pytest.mark.parametrize("policy,host_blocks", [("cachesage", 0), ("pbkv-lae", 0), ("ttl", 0),
+                                                ("cachesage", 16), ("pbkv-lae", 16)])
+@pytest.mark.parametrize("seed", range(6))
+def test_faults_at_random_points_fall_back_to_stock_lru(policy, host_blocks, seed):
+    """Exceptions injected at random points of the policy and runtime calls the connector makes:
+    no hook raises into vLLM, the runtime switches off at the first one and lets go of what it
+    held, and from then on the pool behaves exactly as stock vLLM's (a twin pool driven without
+    the connector from the same state gives the same hits and the same free-queue order)."""
+    import copy
+    conn, pool = _connector(policy, 64, host_blocks=host_blocks, sweep_interval_s=0.0,
+                            max_workflows_per_tenant=3)
+    h = conn.hosted
+    rng = random.Random(seed)
+    flaky = _Flaky(rng, p=0.03)
+    for name in ("observe", "score", "act"):
+        flaky.wrap(h.policy, name)
+    for name in ("observe", "sweep", "resolve_agent"):
+        flaky.wrap(h.runtime, name)
+    reqs = _requests(seed, 90)
+    twin = None
+    relinks_at_failure = None
+    i = 0
+    while i < len(reqs):
+        batch = reqs[i:i + rng.randrange(1, 4)]
+        i += len(batch)
+        hits = _batch(pool, conn, batch)
+        if twin is not None:
+            assert hits == _batch(twin, None, batch), "the pool left stock LRU behaviour"
+            assert _free_order(pool) == _free_order(twin)
+            assert h.orderer.stats.relinks == relinks_at_failure     # agentrt reorders nothing
+        elif h.failed:
+            twin = copy.deepcopy(pool)                                # stock vLLM from here on
+            relinks_at_failure = h.orderer.stats.relinks
+    assert flaky.fired > 0 and h.failed and not h.reorder, "no fault was injected: raise p"
+    # nothing leaked: no watcher left in vLLM's pool, no request held, every block free again
+    assert not pool._reuse_watchers
+    assert not h._reqs and not h._waiting and not h._plans and not h._reused
+    assert pool.get_num_free_blocks() == 63
+    # the hooks answer as a connector with nothing to load
+    r = _requests(seed + 100, 1)[0]
+    assert conn.get_num_new_matched_tokens(r, 0) == (0, False)
+    meta = conn.build_connector_meta(None)
+    assert meta.saves == [] and meta.loads == []
+    # vLLM's prefix cache still serves a repeated prompt
+    again = _requests(seed + 200, 1)[0]
+    _batch(pool, conn, [again])
+    assert _batch(pool, conn, [again]) == [len(again.block_hashes)]
+
+
+@requires_vllm
+def test_connector_sweeps_on_its_steps_and_counts_capped_workflows():
+    conn, pool = _connector("cachesage", 64, silent_after_s=0.0, sweep_interval_s=0.0,
+                            max_workflows_per_tenant=2)
+    h = conn.hosted
+    reqs = _requests(3, 12)
+    for r in reqs:
+        r.sampling_params.extra_args.pop("agentrt_end", None)
+        r.sampling_params.extra_args["agentrt_tenant"] = "t"
+    _batch(pool, conn, reqs[:1])
+    assert len(h.runtime.workflows) == 1
+    conn.build_connector_meta(None)           # the next scheduler step sweeps the silent workflow
+    assert h.stats()["workflows_silenced"] == 1 and not h.runtime.workflows
+    h.cfg.silent_after_s = h.runtime.silent_after_s = 3600.0
+    for r in reqs[1:]:
+        _batch(pool, conn, [r])
+    st = h.stats()
+    assert st["live_workflows"] <= 2 and st["workflows_capped"] > 0 and not st["failed"]

@@ -155,7 +155,7 @@ def bench(
             _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, plot, model_size,
                         vllm_blocks, host_blocks, scale, time_scale, think_scale, max_calls,
                         concurrency, seed, log_dir, scheduler,
-                        scheduler_options(scheduler, max_wait, tenant_weights))
+                        scheduler_options(scheduler, max_wait, tenant_weights, max_hold))
         finally:
             source.close()
         return
@@ -282,14 +282,15 @@ _register_extra_commands()
 
 
 def _plain_warnings() -> None:
-    """Bench warnings print as one `warning: ...` line, not Python's file:line form."""
+    """Bench and trace warnings print as one `warning: ...` line, not Python's file:line form."""
     import warnings
 
     from agentrt.bench.source import BenchWarning
+    from agentrt.errors import TraceWarning
     show = warnings.showwarning
 
     def _show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, BenchWarning):
+        if issubclass(category, (BenchWarning, TraceWarning)):
             print(f"warning: {message}", file=sys.stderr)
         else:
             show(message, category, filename, lineno, file, line)

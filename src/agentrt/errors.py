@@ -29,3 +29,7 @@ def unknown_name(kind: str, name: str, valid: list[str]) -> AgentrtError:
     """The standard error for an unknown policy, preset, workload... listing the valid names."""
     plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
     return AgentrtError(f"unknown {kind} '{name}'; valid {plural}: {', '.join(sorted(valid))}")
+
+
+class TraceWarning(UserWarning):
+    """A trace that reads, with a caveat the user should see (the CLI prints it as `warning: ...`)."""

@@ -3,8 +3,14 @@
 - A workflow's first call arrives at its `timestamp`.
 - A later call is issued at max(its `timestamp`, when the last of its `after` calls finished +
   `think_ms`): the closed loop of an agent framework waiting on its own calls and tools.
-- A workflow ends when its `last` call finishes (or, in a file without `last` flags, when its
-  known calls have finished and the file holds no more of its calls).
+- A workflow ends when its `last` call has finished, and with it every other call of the
+  workflow (a fan-out branch may outlive the `last` call). In a file without `last` flags it
+  ends when its known calls have finished and the file holds no more of its calls, looking at
+  most `READ_AHEAD` calls past its latest one: a workflow unseen for that long is over, so the
+  replay buffers a bounded window, not the rest of the file. Once the replay has read a `last`
+  flag (on a named workflow) it trusts the flags and looks ahead without bound, as before.
+  A call found after its workflow was ended this way starts a new workflow if it has a
+  timestamp, and is an error if it has none.
 - A Mooncake trace (one call per workflow) is therefore replayed open loop at its timestamps.
 - `time_scale` stretches trace timestamps (arrival and release times, not think times): 2.0
   replays an open-loop trace at half its request rate.
@@ -24,13 +30,17 @@ import heapq
 from collections import deque
 from collections.abc import Iterator
 
+from agentrt.errors import AgentrtError
+from agentrt.trace.limits import GENERATED_PREFIX
 from agentrt.trace.schema import Call
 
 MS = 1e-3
+READ_AHEAD = 10_000   # calls: how far a file without `last` flags is searched for a workflow's next call
 
 
 class _Workflow:
-    __slots__ = ("pending", "finished", "outstanding", "start", "first_arrival", "last_seen", "ended")
+    __slots__ = ("pending", "finished", "outstanding", "start", "first_arrival", "last_seen", "ended",
+                 "seen_at", "last_done")
 
     def __init__(self, start: float) -> None:
         self.start = start
@@ -40,6 +50,8 @@ class _Workflow:
         self.first_arrival: float | None = None
         self.last_seen = False
         self.ended = False
+        self.seen_at = 0          # calls read when its latest call was read
+        self.last_done = False    # its `last` call has finished
 
 
 class WorkflowReplay:
@@ -62,6 +74,7 @@ class WorkflowReplay:
         self.calls_read = 0
         self.workflows_seen = 0
         self.late_arrivals = 0
+        self._flagged = False            # a named workflow's `last` flag has been read
         self._clock = float("-inf")      # the latest time the engine asked about
 
     # ----------------------------------------------------------------- reading
@@ -76,6 +89,11 @@ class WorkflowReplay:
         self.calls_read += 1
         wf = self.workflows.get(c.workflow)
         if wf is None:
+            if c.timestamp is None:
+                raise AgentrtError(
+                    f"trace line {c.line}: field 'workflow': workflow {c.workflow!r} has no 'last' flags "
+                    f"and none of its calls appeared in the {READ_AHEAD:,} calls before this one, so "
+                    f"the replay had ended it; mark each workflow's final call 'last': true")
             t = c.timestamp * self._ts
             if self.concurrency is None and t < self._clock:
                 self.late_arrivals += 1
@@ -91,9 +109,16 @@ class WorkflowReplay:
         else:
             wf.pending[c.call] = c
             self._try_release(wf, c)
+        wf.seen_at = self.calls_read
         if c.last:
             wf.last_seen = True
+            if not self._flagged and not c.workflow.startswith(GENERATED_PREFIX):
+                self._flagged = True
         return True
+
+    def _may_follow(self, wf: _Workflow) -> bool:
+        """Whether a later call of `wf` may still be read (see the module docstring)."""
+        return not self._eof and (self._flagged or self.calls_read - wf.seen_at < READ_AHEAD)
 
     def _schedule(self, t: float, c: Call) -> None:
         self._seq += 1
@@ -162,14 +187,17 @@ class WorkflowReplay:
         wf = self.workflows[c.workflow]
         wf.finished[c.call] = now
         wf.outstanding -= 1
-        if not c.last and not wf.pending and not wf.last_seen:
+        if c.last:
+            wf.last_done = True
+        if not wf.last_done and not wf.pending and not wf.last_seen:
             # its next call is further down the file (or the file ends without a 'last' flag)
-            while not wf.pending and not wf.last_seen and self._read_one():
+            while not wf.pending and not wf.last_seen and self._may_follow(wf) and self._read_one():
                 pass
         tool_call = any(c.call in p.after and p.think_ms > 0 for p in wf.pending.values())
         for p in list(wf.pending.values()):
             self._try_release(wf, p)
-        if c.last or (wf.outstanding == 0 and not wf.pending and self._eof and not wf.last_seen):
+        idle = wf.outstanding == 0 and not wf.pending
+        if idle and (wf.last_done or (not wf.last_seen and not self._may_follow(wf))):
             wf.ended = True
             del self.workflows[c.workflow]
             if self.concurrency is not None:

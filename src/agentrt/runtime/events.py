@@ -82,9 +82,13 @@ class BlocksEvicted:
 
 @dataclass(slots=True)
 class WorkflowEnded:
+    """The workflow is over. `reason`: "end" (its framework or the engine said so), "silent"
+    (the runtime's silence sweep) or "cap" (the runtime ended it, idle, to stay within its caps
+    on open workflows; a later call of the same id opens it afresh)."""
     now: float
     workflow: str
     tenant: str
+    reason: str = "end"
 
 
 Event = Union[CallArrived, CallAdmitted, PromptCached, CallFinished, BlocksEvicted, WorkflowEnded]

@@ -8,6 +8,11 @@ needs, once:
   metadata still get agents;
 - workflow lifecycles: a table of live workflows (agent path, threads, calls in flight), dropped
   when a workflow ends or stays silent for `silent_after_s` with nothing in flight;
+- bounded state: at most `max_workflows_per_tenant` open workflows per tenant and `max_workflows`
+  in all; a new workflow over a cap first ends the tenant's (resp. the runtime's) oldest idle
+  workflow (no call in flight; least recently active first). The policy sees a `WorkflowEnded`
+  (reason "cap") for it; `forced_ends` counts them. A workflow with a call in flight is never
+  ended, so the cap can be exceeded by calls in flight only (the engine bounds those);
 - agent profiles: each agent's anchor blocks (confirmed by two or more workflows) and mean think
   time after its calls; at most `max_agents`, least recently seen dropped first;
 - block tags (only for policies with `needs_tags`): which threads used each cached block, written
@@ -15,6 +20,11 @@ needs, once:
   `untags_dead_branches`, a thread leaves the blocks of a history branch it abandoned
   (`branches.py`).
 Then it forwards the event to the policy. Warm-up calls are forwarded but never learned from.
+
+Silence sweep: `sweep(now)` ends the workflows silent for `silent_after_s`; it runs every 256
+events and engines also call it on a timer (an idle server gets no events). Idle workflows are
+kept in order of their last activity, so a sweep or a cap costs what it ends, not all workflows.
+Time is passed in (`now`), never read here, and assumed non-decreasing per runtime.
 """
 
 from __future__ import annotations
@@ -46,15 +56,29 @@ def call_agent(c, block_size: int, anchor_tokens: int = 256) -> str:
 
 
 class AgentRuntime:
+    SWEEP_EVERY = 256        # events between two sweeps from `observe`
+
     def __init__(self, policy: Policy, *, anchor_tokens: int = 256, max_anchor_tokens: int = 8192,
-                 silent_after_s: float = 600.0, max_agents: int = 4096) -> None:
+                 silent_after_s: float = 600.0, max_agents: int = 4096,
+                 max_workflows: int | None = 65536,
+                 max_workflows_per_tenant: int | None = 8192) -> None:
+        for name, v in (("max_workflows", max_workflows),
+                        ("max_workflows_per_tenant", max_workflows_per_tenant)):
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1 (or None: no cap), got {v}")
         self.policy = policy
         self.anchor_tokens = anchor_tokens
         self.max_anchor_tokens = max_anchor_tokens
         self.silent_after_s = silent_after_s
         self.max_agents = max_agents
+        self.max_workflows = max_workflows
+        self.max_workflows_per_tenant = max_workflows_per_tenant
         self.workflows: dict[str, WorkflowState] = {}
-        self.between_calls: dict[str, WorkflowState] = {}   # live workflows with no call in flight
+        # live workflows with no call in flight, least recently active first (ordered by the
+        # finish that left them idle); per tenant too, in the same order
+        self.between_calls: OrderedDict[str, WorkflowState] = OrderedDict()
+        self._idle_by_tenant: dict[str, OrderedDict[str, WorkflowState]] = {}
+        self._open_by_tenant: dict[str, int] = {}
         self.agents: OrderedDict[tuple[str, str], AgentProfile] = OrderedDict()
         self._calls: dict[int, Thread] = {}
         self._events = 0
@@ -63,6 +87,9 @@ class AgentRuntime:
         self.untag_branches = policy.needs_tags and policy.untags_dead_branches
         self.wants_events = policy.wants_events or policy.needs_tags
         self.errors = 0
+        self.forced_ends = 0         # workflows ended by the caps (reason "cap")
+        self.silent_ends = 0         # workflows ended by the silence sweep (reason "silent")
+        self.profiles_dropped = 0    # agent profiles dropped past `max_agents`
         policy.bind(self)
 
     # the cache ranks through these
@@ -102,6 +129,7 @@ class AgentRuntime:
             p = self.agents[key] = AgentProfile(agent, tenant)
             if len(self.agents) > self.max_agents:
                 self.agents.popitem(last=False)
+                self.profiles_dropped += 1
         else:
             self.agents.move_to_end(key)
         return p
@@ -118,9 +146,11 @@ class AgentRuntime:
             wf = self.workflows.get(e.workflow)
             if wf is not None:
                 wf.ended = True
-            self.policy.observe(e)
-            self.workflows.pop(e.workflow, None)
-            self.between_calls.pop(e.workflow, None)
+            try:
+                self.policy.observe(e)
+            finally:
+                if wf is not None:
+                    self._drop(wf)
             self._tick(e.now)
             return
         self.policy.observe(e)
@@ -128,9 +158,91 @@ class AgentRuntime:
 
     def _tick(self, now: float) -> None:
         self._events += 1
-        if self._events % 256 == 0:
-            self._sweep(now)
+        if self._events % self.SWEEP_EVERY == 0:
+            self.sweep(now)
 
+    # ------------------------------------------------------------------ bounded state
+    def sweep(self, now: float) -> int:
+        """End the workflows silent for `silent_after_s` with nothing in flight (their framework
+        never said); the policy sees a `WorkflowEnded` (reason "silent") for each. Returns how
+        many ended. Engines call this on a timer (e.g. every few seconds, with the engine's
+        clock); `observe` also calls it every 256 events. Cost: what it ends, plus one."""
+        cutoff = now - self.silent_after_s
+        silent = []
+        for wf in self.between_calls.values():   # least recently active first
+            if wf.last_seen >= cutoff:
+                break
+            silent.append(wf)
+        for wf in silent:
+            self.silent_ends += 1
+            self._end(wf, now, "silent")
+        return len(silent)
+
+    _sweep = sweep   # (the name it had)
+
+    def _end(self, wf: WorkflowState, now: float, reason: str) -> None:
+        """End a workflow the runtime decided is over: the policy sees it, then it is dropped."""
+        wf.ended = True
+        try:
+            self.policy.observe(ev.WorkflowEnded(now, wf.id, wf.tenant, reason))
+        finally:
+            self._drop(wf)
+
+    def _drop(self, wf: WorkflowState) -> None:
+        if self.workflows.get(wf.id) is wf:
+            del self.workflows[wf.id]
+            n = self._open_by_tenant[wf.tenant] - 1
+            if n:
+                self._open_by_tenant[wf.tenant] = n
+            else:
+                del self._open_by_tenant[wf.tenant]
+        self._not_idle(wf)
+
+    def _idle(self, wf: WorkflowState) -> None:
+        self.between_calls[wf.id] = wf
+        t = self._idle_by_tenant.get(wf.tenant)
+        if t is None:
+            t = self._idle_by_tenant[wf.tenant] = OrderedDict()
+        t[wf.id] = wf
+
+    def _not_idle(self, wf: WorkflowState) -> None:
+        if self.between_calls.get(wf.id) is wf:
+            del self.between_calls[wf.id]
+            t = self._idle_by_tenant[wf.tenant]
+            del t[wf.id]
+            if not t:
+                del self._idle_by_tenant[wf.tenant]
+
+    def _make_room(self, tenant: str, now: float) -> None:
+        """Before a new workflow of `tenant` opens: end the oldest idle workflows over the caps."""
+        cap = self.max_workflows_per_tenant
+        if cap is not None:
+            while self._open_by_tenant.get(tenant, 0) >= cap:
+                idle = self._idle_by_tenant.get(tenant)
+                if not idle:
+                    break                       # all busy: calls in flight are never dropped
+                self.forced_ends += 1
+                self._end(next(iter(idle.values())), now, "cap")
+        cap = self.max_workflows
+        if cap is not None:
+            while len(self.workflows) >= cap and self.between_calls:
+                self.forced_ends += 1
+                self._end(next(iter(self.between_calls.values())), now, "cap")
+
+    def open_workflows(self, tenant: str | None = None) -> int:
+        """Open workflows, of one tenant or in all."""
+        return len(self.workflows) if tenant is None else self._open_by_tenant.get(tenant, 0)
+
+    def stats(self) -> dict:
+        """Counters for engines' metrics: open and idle workflows, ends forced by the caps and by
+        the silence sweep, the caps themselves."""
+        return {"open_workflows": len(self.workflows), "idle_workflows": len(self.between_calls),
+                "calls_in_flight": len(self._calls), "tenants": len(self._open_by_tenant),
+                "agents": len(self.agents), "forced_ends": self.forced_ends,
+                "silent_ends": self.silent_ends, "max_workflows": self.max_workflows,
+                "max_workflows_per_tenant": self.max_workflows_per_tenant}
+
+    # ------------------------------------------------------------------ calls
     def _arrived(self, e: ev.CallArrived) -> None:
         info = e.call
         if info.warmup:
@@ -138,7 +250,9 @@ class AgentRuntime:
         agent = self.resolve_agent(info)
         wf = self.workflows.get(info.workflow)
         if wf is None:
+            self._make_room(info.tenant, e.now)
             wf = self.workflows[info.workflow] = WorkflowState(info.workflow, info.tenant, e.now)
+            self._open_by_tenant[info.tenant] = self._open_by_tenant.get(info.tenant, 0) + 1
         if wf.last_finish is not None and wf.last_agent is not None and wf.running == 0:
             prev = self._profile_for(wf.tenant, wf.last_agent)
             prev.think_total_s += max(0.0, e.now - wf.last_finish)
@@ -147,7 +261,7 @@ class AgentRuntime:
         prof.observe_prompt(info.hash_ids, info.n_full, info.workflow,
                             max(1, self.max_anchor_tokens // info.block_size))
         wf.last_seen = e.now
-        self.between_calls.pop(wf.id, None)
+        self._not_idle(wf)
         wf.path.append(agent)
         if len(wf.path) > 64:
             del wf.path[:-64]
@@ -165,7 +279,7 @@ class AgentRuntime:
         wf = th.workflow
         wf.running -= 1
         if wf.running == 0 and not wf.ended:
-            self.between_calls[wf.id] = wf
+            self._idle(wf)
         wf.last_seen = e.now
         wf.last_finish = e.now
         wf.last_agent = th.agent
@@ -187,16 +301,6 @@ class AgentRuntime:
             if not tag_block(node, th):
                 return
             node = node.parent
-
-    def _sweep(self, now: float) -> None:
-        """End workflows that went silent with nothing in flight (their framework never said)."""
-        cutoff = now - self.silent_after_s
-        silent = [w for w in self.between_calls.values() if w.last_seen < cutoff]
-        for wf in silent:
-            wf.ended = True
-            self.policy.observe(ev.WorkflowEnded(now, wf.id, wf.tenant))
-            del self.workflows[wf.id]
-            del self.between_calls[wf.id]
 
     def state_bytes(self) -> int:
         """Rough size of the runtime's own tables plus the policy's state."""

@@ -1,19 +1,20 @@
 """The HTTP routes of `agentrt serve`: an OpenAI-compatible proxy in front of one vLLM server.
 
-Routes: POST /v1/chat/completions and /v1/completions (streaming included: SSE bytes pass through
-as they come), GET /v1/models (the upstream's), /health (the upstream's health), /metrics
-(Prometheus), and two of agentrt's own: GET /agentrt/state (live workflows, agents, recent calls)
-and POST /agentrt/workflows/{id}/end (for frameworks that learn a workflow ended only after its
-last call). Requests are validated (validate.py), their identity resolved (identity.py) and given
-to the runtime bridge, then forwarded with the identity attached; the upstream's status, body and
-content type come back unchanged, errors included. An unreachable upstream gives 502.
+Routes: POST /v1/chat/completions and /v1/completions (the hot path, `proxy.py`: streaming
+included, bytes and content encoding pass through as they come), GET /v1/models (the upstream's),
+/health (the upstream's health), /metrics (Prometheus), and two of agentrt's own: GET
+/agentrt/state (live workflows, agents, recent calls) and POST /agentrt/workflows/{id}/end (for
+frameworks that learn a workflow ended only after its last call).
+With `--auth` (`auth.py`): model routes need a tenant key, `/agentrt/state` and `/metrics` an
+admin key; a tenant key may end its own workflows, an admin key any tenant's (`?tenant=`).
+With a scheduler other than fcfs (`scheduler.py`) the forwarded body's `priority` is the
+scheduler's, whatever the client sent, and a client's `X-Vllm-Priority` header (which vLLM reads
+before the body) is dropped: priorities are not the client's to choose.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
 import logging
 import re
 import time
@@ -22,20 +23,23 @@ from dataclasses import dataclass, field
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentrt.serve.identity import forward_body, resolve_identity
+from agentrt.serve.auth import TENANT_RE, AuthConfig, Principal, Salts, tenant_scoped
 from agentrt.serve.metrics import CONTENT_TYPE_LATEST
-from agentrt.serve.runtime_bridge import Call, RuntimeBridge
-from agentrt.serve.validate import RequestError, error_body, parse_body, validate_chat, validate_completion
+from agentrt.serve.proxy import HotPath
+from agentrt.serve.runtime_bridge import RuntimeBridge
+from agentrt.serve.upstream import UpstreamPool
+from agentrt.serve.validate import error_body
 
 log = logging.getLogger("agentrt.serve")
 DROP_REQUEST = {"host", "content-length", "content-type", "connection", "keep-alive", "te", "upgrade",
                 "transfer-encoding", "accept-encoding", "proxy-authorization", "proxy-connection"}
 DROP_RESPONSE = {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive",
                  "date", "server"}
-ERROR_TYPES = {404: "NotFoundError", 405: "MethodNotAllowedError"}
+ERROR_TYPES = {401: "AuthenticationError", 403: "PermissionDeniedError", 404: "NotFoundError",
+               405: "MethodNotAllowedError"}
 
 
 @dataclass(slots=True)
@@ -46,8 +50,14 @@ class ServeConfig:
     block_chars: int = 256
     act_interval_s: float = 0.25
     kv_capacity_tokens: int | None = None    # None: read from the upstream's /metrics
-    upstream_api_key: str | None = None
+    upstream_api_key: str | None = None      # sent upstream on every call; needs `auth`
     connect_timeout_s: float = 10.0
+    read_timeout_s: float = 300.0            # the longest silence of the upstream within one answer
+    scheduler: str = "fcfs"                  # not fcfs: send its priorities (vLLM --scheduling-policy priority)
+    scheduler_options: dict = field(default_factory=dict)
+    auth: AuthConfig | None = None           # None: every caller is trusted (loopback only)
+    cache_salt_secret_file: str | None = None
+    max_body_bytes: int = 32 << 20
 
     def __post_init__(self) -> None:
         u = self.upstream.rstrip("/")
@@ -58,26 +68,23 @@ class ServeConfig:
             raise ValueError(f"block_chars must be > 0, got {self.block_chars}")
         if self.act_interval_s <= 0:
             raise ValueError(f"act_interval_s must be > 0, got {self.act_interval_s}")
+        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
+            raise ValueError("connect and read timeouts must be > 0")
+        if self.upstream_api_key and self.auth is None:
+            raise ValueError("--upstream-api-key needs --auth: without it every caller would reach the "
+                             "upstream with the server's key")
 
 
-def _upstream_headers(headers, api_key: str | None) -> dict:
-    out = {k: v for k, v in headers.items() if k.lower() not in DROP_REQUEST}
-    if api_key and not any(k.lower() == "authorization" for k in out):
-        out["authorization"] = f"Bearer {api_key}"
+def _upstream_headers(headers, cfg: ServeConfig) -> dict:
+    out = {k: v for k, v in headers.items() if k.lower() not in DROP_REQUEST
+           and not (cfg.auth is not None and k.lower() in ("authorization", "x-tenant-id"))}
+    if cfg.upstream_api_key:
+        out["authorization"] = f"Bearer {cfg.upstream_api_key}"
     return out
 
 
 def _response_headers(resp: httpx.Response) -> dict:
     return {k: v for k, v in resp.headers.items() if k.lower() not in DROP_RESPONSE}
-
-
-def _usage_of(data: bytes) -> dict | None:
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return None
-    u = obj.get("usage") if isinstance(obj, dict) else None
-    return u if isinstance(u, dict) else None
 
 
 async def kv_capacity_tokens(client: httpx.AsyncClient) -> int | None:
@@ -93,14 +100,26 @@ async def kv_capacity_tokens(client: httpx.AsyncClient) -> int | None:
     return None
 
 
-def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic) -> FastAPI:
+def _err(status: int, message: str) -> JSONResponse:
+    return JSONResponse(error_body(message, ERROR_TYPES.get(status, "Error"), None, status), status_code=status)
+
+
+def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
+    """The ASGI app: the hot path (`proxy.HotPath`) in front of a FastAPI app for the other routes.
+    `.state.bridge` and `.state.config` are reachable on the returned app as before."""
     bridge = RuntimeBridge(cfg.policy, cfg.policy_options, block_chars=cfg.block_chars,
                            kv_capacity_tokens=cfg.kv_capacity_tokens or 0,
-                           act_interval_s=cfg.act_interval_s, clock=clock)
+                           act_interval_s=cfg.act_interval_s, clock=clock,
+                           scheduler=cfg.scheduler, scheduler_options=cfg.scheduler_options)
+    salts = Salts.from_sources(cfg.cache_salt_secret_file)
+    # without auth the default tenant stays unsalted: it shares the engine's cache with direct vLLM
+    # clients, as before; every named tenant (and every tenant under auth) gets its own namespace
+    bridge.salts = salts if cfg.auth is not None else (lambda t: None if t == "default" else salts(t))
     state: dict = {}
 
     async def post_json(path: str, body: dict) -> tuple[int, dict | None]:
-        r = await state["client"].post(path, json=body, headers=_upstream_headers({}, cfg.upstream_api_key))
+        r = await state["client"].post(path, json=body, headers=_upstream_headers({}, cfg),
+                                       timeout=min(cfg.read_timeout_s, 60.0))   # a warm-up never waits long
         try:
             return r.status_code, r.json()
         except ValueError:
@@ -108,28 +127,38 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic) ->
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        timeout = httpx.Timeout(connect=cfg.connect_timeout_s, read=None, write=60.0, pool=None)
-        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=64)
-        client = state["client"] = httpx.AsyncClient(base_url=cfg.upstream, timeout=timeout, limits=limits)
+        timeout = httpx.Timeout(connect=cfg.connect_timeout_s, read=cfg.read_timeout_s, write=60.0, pool=None)
+        client = state["client"] = httpx.AsyncClient(base_url=cfg.upstream, timeout=timeout)
+        state["pool"] = UpstreamPool(cfg.upstream, cfg.connect_timeout_s, cfg.read_timeout_s)
         if cfg.kv_capacity_tokens is None:
             try:
                 bridge.cache.capacity_tokens = await kv_capacity_tokens(client) or 0
             except httpx.HTTPError as e:
                 log.warning("could not read the upstream's KV capacity (%s); warm-up decisions "
                             "assume nothing stays cached", e)
-        task = asyncio.create_task(bridge.run(post_json))
+        task = bridge.start(post_json)
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await bridge.stop(task)
+            await state["pool"].aclose()
             await client.aclose()
 
     app = FastAPI(title="agentrt serve", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.bridge = bridge
     app.state.config = cfg
+
+    def caller(request: Request) -> Principal | None:
+        if cfg.auth is None:
+            return Principal(None, True)
+        return cfg.auth.principal(request.headers.get("authorization", "").encode("latin-1"))
+
+    def need_admin(request: Request) -> JSONResponse | None:
+        who = caller(request)
+        if who is None:
+            return _err(401, "missing or unknown API key (Authorization: Bearer KEY)")
+        return None if who.admin else _err(403, "this route needs an admin key")
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -140,68 +169,13 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic) ->
                                        exc.status_code), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
-    async def proxy(request: Request, path: str, validate) -> Response:
-        try:
-            body = parse_body(await request.body(), request.headers.get("content-type"))
-            validate(body)
-            ident = resolve_identity(request.headers, body, bridge.next_call_number())
-        except RequestError as e:
-            return JSONResponse(e.body(), status_code=e.status)
-        call = bridge.arrive(path, body, ident)
-        client: httpx.AsyncClient = state["client"]
-        req = client.build_request("POST", path, json=forward_body(body, ident, call.agent, call.index),
-                                   headers=_upstream_headers(request.headers, cfg.upstream_api_key))
-        try:
-            resp = await client.send(req, stream=True)
-        except httpx.HTTPError as e:
-            bridge.metrics.upstream_errors.labels(cfg.policy, "unreachable").inc()
-            bridge.finish(call, "unreachable", None)
-            return JSONResponse(error_body(f"upstream {cfg.upstream} unreachable: {e!r}",
-                                           "BadGatewayError", None, 502), status_code=502)
-        if resp.status_code >= 400:
-            bridge.metrics.upstream_errors.labels(cfg.policy, str(resp.status_code)).inc()
-        if resp.status_code == 200 and resp.headers.get("content-type", "").startswith("text/event-stream"):
-            return StreamingResponse(_relay(resp, call), status_code=200, headers=_response_headers(resp))
-        try:
-            content = await resp.aread()
-        except httpx.HTTPError as e:
-            bridge.finish(call, "broken", None)
-            return JSONResponse(error_body(f"upstream response broke off: {e!r}", "BadGatewayError",
-                                           None, 502), status_code=502)
-        finally:
-            await resp.aclose()
-        bridge.finish(call, resp.status_code, _usage_of(content) if resp.status_code == 200 else None)
-        return Response(content, status_code=resp.status_code, headers=_response_headers(resp))
-
-    async def _relay(resp: httpx.Response, call: Call):
-        usage, tail, status = None, b"", 200
-        try:
-            async for chunk in resp.aiter_raw():
-                yield chunk
-                lines = (tail + chunk).split(b"\n")
-                tail = lines.pop()
-                for line in lines:
-                    if line.startswith(b"data:") and b'"usage"' in line:
-                        usage = _usage_of(line[5:]) or usage
-        except httpx.HTTPError:
-            status = "broken"
-        finally:
-            bridge.finish(call, status, usage)
-            await resp.aclose()
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        return await proxy(request, "/v1/chat/completions", validate_chat)
-
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        return await proxy(request, "/v1/completions", validate_completion)
-
     @app.get("/v1/models")
     async def models(request: Request):
+        who = caller(request)
+        if who is None:
+            return _err(401, "missing or unknown API key (Authorization: Bearer KEY)")
         try:
-            r = await state["client"].get("/v1/models",
-                                          headers=_upstream_headers(request.headers, cfg.upstream_api_key))
+            r = await state["client"].get("/v1/models", headers=_upstream_headers(request.headers, cfg))
         except httpx.HTTPError as e:
             return JSONResponse(error_body(f"upstream {cfg.upstream} unreachable: {e!r}",
                                            "BadGatewayError", None, 502), status_code=502)
@@ -215,21 +189,45 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic) ->
         except httpx.HTTPError as e:
             code = f"unreachable: {e!r}"
         ok = code == 200
-        return JSONResponse({"status": "ok" if ok else "unhealthy", "upstream": cfg.upstream,
-                             "upstream_status": code, "policy": cfg.policy},
-                            status_code=200 if ok else 503)
+        out = {"status": "ok" if ok else "unhealthy", "upstream": cfg.upstream, "upstream_status": code,
+               "policy": cfg.policy, "scheduler": cfg.scheduler}
+        if cfg.auth is not None:          # no internal addresses or errors for anonymous callers
+            out = {"status": out["status"], "policy": cfg.policy}
+        return JSONResponse(out, status_code=200 if ok else 503)
 
     @app.get("/metrics")
-    async def metrics():
+    async def metrics(request: Request):
+        if (denied := need_admin(request)) is not None:
+            return denied
         return Response(bridge.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/agentrt/state")
-    async def runtime_state():
+    async def runtime_state(request: Request):
+        if (denied := need_admin(request)) is not None:
+            return denied
         return JSONResponse(bridge.state())
 
     @app.post("/agentrt/workflows/{workflow}/end")
-    async def end_workflow(workflow: str, tenant: str = "default"):
-        bridge.end_workflow(workflow, tenant)
+    async def end_workflow(request: Request, workflow: str, tenant: str = "default"):
+        who = caller(request)
+        if who is None:
+            return _err(401, "missing or unknown API key (Authorization: Bearer KEY)")
+        if cfg.auth is not None and not who.admin:
+            tenant = who.tenant           # a tenant key ends its own workflows only
+        if not TENANT_RE.fullmatch(tenant) or not workflow.isprintable() or not 0 < len(workflow) <= 512:
+            return JSONResponse(error_body("bad tenant or workflow id", "BadRequestError", "tenant", 400),
+                                status_code=400)
+        bridge.end_workflow(tenant_scoped(tenant, workflow), tenant)
         return JSONResponse({"workflow": workflow, "tenant": tenant, "ended": True})
 
-    return app
+    return _Wrapped(HotPath(app, cfg, bridge, state, cfg.auth, bridge.salts), app)
+
+
+class _Wrapped:
+    """The ASGI callable uvicorn runs; exposes the FastAPI app's `state` (bridge, config)."""
+
+    def __init__(self, hot: HotPath, app: FastAPI) -> None:
+        self.hot, self.fastapi, self.state = hot, app, app.state
+
+    async def __call__(self, scope, receive, send):
+        return await self.hot(scope, receive, send)

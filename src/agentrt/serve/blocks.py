@@ -13,6 +13,9 @@ Model (characters, not tokens: the server does not tokenize):
   ids mean equal prefixes, as in vLLM's prefix cache.
 - A completions prompt is one segment: a string cut every `block_chars` characters, or token ids
   cut every `block_chars // 4` ids. A list of prompts is keyed by its first.
+- The chain starts from the tenant's seed (`tenant_seed`: 0 for the default tenant), so equal
+  prompts of two tenants are different blocks to the runtime, as they are to the engine under
+  their different `cache_salt`s.
 `input_length` in the runtime's units is `len(hash_ids) * block_chars`.
 """
 
@@ -21,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+
+import orjson
 
 HEAD_ROLES = ("system", "developer")
 WARMUP_MESSAGE = "."
@@ -48,6 +53,11 @@ class PromptTemplate:
 def _hash(prev: int, data: bytes) -> int:
     h = hashlib.blake2b(prev.to_bytes(8, "little") + data, digest_size=8).digest()
     return int.from_bytes(h, "little") >> 1
+
+
+def tenant_seed(tenant: str) -> int:
+    """The first link of a tenant's block chains (0 for "default": ids as before tenancy)."""
+    return 0 if tenant == "default" else _hash(0, b"tenant\x1e" + tenant.encode())
 
 
 def _message_text(m: dict) -> str:
@@ -85,14 +95,17 @@ def completion_segments(body: dict) -> list:
     return [("text", p)] if isinstance(p, str) else [("ids", list(p))]
 
 
-def prompt_blocks(body: dict, segments: list, block_chars: int) -> PromptBlocks:
+def prompt_blocks(body: dict, segments: list, block_chars: int, seed: int = 0) -> PromptBlocks:
     out = PromptBlocks()
-    prev = 0
+    prev = seed
     head = [s for s in segments if s[0] == "tools" or (s[0] == "msg" and s[1].get("role") in HEAD_ROLES)]
     if head:
-        digest = json.dumps([s[1] for s in head if s[0] == "msg"] + [body.get("tools")],
-                            sort_keys=True, default=str)
-        prev = _hash(prev, b"head\x1e" + digest.encode())
+        parts = [s[1] for s in head if s[0] == "msg"] + [body.get("tools")]
+        try:
+            digest = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)
+        except TypeError:
+            digest = json.dumps(parts, sort_keys=True, default=str).encode("utf-8", "surrogatepass")
+        prev = _hash(prev, b"head\x1e" + digest)
         out.hash_ids.append(prev)
         out.ends.append((-1, 0))
     for i, (kind, val) in enumerate(segments):

@@ -41,7 +41,14 @@ def serve(
     block_chars: int = typer.Option(256, "--block-chars", help="characters per prompt block for identity hashing"),
     act_interval: float = typer.Option(0.25, "--act-interval", help="seconds between the policy's act() calls when idle"),
     kv_capacity_tokens: Optional[int] = typer.Option(None, "--kv-capacity-tokens", help="the engine's KV pool in tokens (default: read from the upstream's /metrics)"),
-    upstream_api_key: Optional[str] = typer.Option(None, "--upstream-api-key", envvar="AGENTRT_UPSTREAM_API_KEY", help="bearer token for the upstream when the client sends none"),
+    upstream_api_key: Optional[str] = typer.Option(None, "--upstream-api-key", envvar="AGENTRT_UPSTREAM_API_KEY", help="bearer token sent to the upstream on every call (needs --auth)"),
+    auth: Optional[str] = typer.Option(None, "--auth", help="API keys file (JSON or TOML: {\"tenants\": {KEY: TENANT}, \"admin_keys\": [KEY]}); the tenant comes from the key; required off loopback"),
+    cache_salt_secret_file: Optional[str] = typer.Option(None, "--cache-salt-secret-file", help="secret for the per-tenant cache_salt (HMAC); default: $AGENTRT_CACHE_SALT_SECRET, else generated at start"),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="seconds to connect to the upstream"),
+    read_timeout: float = typer.Option(300.0, "--read-timeout", help="longest silence (seconds) of the upstream within one answer before the call fails (504, or an SSE error event)"),
+    scheduler: str = typer.Option("fcfs", "--scheduler", help="admission scheduler whose ranking is sent as each request's vLLM `priority` (see `agentrt schedulers`); not fcfs needs the upstream started with --scheduling-policy priority"),
+    max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler option max_wait_s (vLLM cannot enforce it: priorities are fixed at submission)"),
+    tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,..."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level"),
 ) -> None:
     """Serve an OpenAI-compatible endpoint that forwards to vLLM with agent identity, runs the policy's warm-ups and exports Prometheus metrics."""
@@ -53,12 +60,30 @@ def serve(
     import uvicorn
 
     from agentrt.serve.app import ServeConfig, create_app
+    from agentrt.serve.auth import AuthConfig, AuthError, Salts, is_loopback
+    if auth is None and not is_loopback(host):
+        raise AgentrtError(f"--host {host} is not a loopback address: --auth FILE is required "
+                           "(without it every caller chooses its tenant and reads every tenant's state)")
+    try:
+        auth_cfg = AuthConfig.load(auth) if auth else None
+        Salts.from_sources(cache_salt_secret_file)          # fail at start on a bad secret
+    except AuthError as e:
+        raise AgentrtError(str(e)) from None
+    from agentrt.cli import scheduler_options      # the same checks as `agentrt bench --scheduler`
+    sopts = scheduler_options(scheduler, max_wait, tenant_weights)
     try:
         cfg = ServeConfig(upstream, policy, parse_options(set_, policy), block_chars=block_chars,
                           act_interval_s=act_interval, kv_capacity_tokens=kv_capacity_tokens,
-                          upstream_api_key=upstream_api_key)
+                          upstream_api_key=upstream_api_key, scheduler=scheduler,
+                          scheduler_options=sopts, auth=auth_cfg,
+                          cache_salt_secret_file=cache_salt_secret_file,
+                          connect_timeout_s=connect_timeout, read_timeout_s=read_timeout)
     except ValueError as e:
         raise AgentrtError(str(e)) from None
+    from agentrt.vllm.priority import needs_priority
+    if needs_priority(scheduler):
+        typer.echo(f"scheduler {scheduler}: each request carries its vLLM priority; the upstream must "
+                   "run with --scheduling-policy priority (under fcfs vLLM ignores it)", err=True)
     app = create_app(cfg)
     uvicorn.run(app, host=host, port=port, log_level=log_level)
 

@@ -9,11 +9,17 @@ Sources, first found wins:
   message of a chat (the task every call of one conversation repeats), else `call:<n>` (one call,
   one workflow, ended with that call). The agent, when not given, is left to the runtime, which infers `anchor:<id>`
   from the prompt's leading block (see `blocks.py`).
-The tenant defaults to "default". Forwarding (`forward_body`): `session_id` = workflow id unless
-the client set one itself, and `vllm_xargs` gains `agentrt_workflow`, `agentrt_agent`,
-`agentrt_tenant`, `agentrt_end` ("true"/"false") and `agentrt_call` (the call's index in its
-workflow, as the server counts), merged over any the client sent: the fields the in-engine
-connector reads (src/agentrt/vllm/identity.py).
+The tenant defaults to "default"; with `--auth` it is the API key's tenant and the header and
+metadata are ignored (`auth.py`). Tenant names are 1-64 characters of `[A-Za-z0-9._-]`; other ids
+are printable strings of at most 512 characters.
+Every workflow is keyed by its tenant (`Identity.key`, `auth.tenant_scoped`): the runtime, the
+scheduler and the engine see `tenant/workflow` (the default tenant's ids stay as they are), so two
+tenants' `run-42` are two workflows. Forwarding (`forward_body`): `session_id` = the workflow key
+(a client's own `session_id`, scoped the same way, when it set one), `cache_salt` = the tenant's
+salt, and `vllm_xargs` gains `agentrt_workflow` (the key), `agentrt_agent`, `agentrt_tenant`,
+`agentrt_end` ("true"/"false") and `agentrt_call` (the call's index in its workflow, as the server
+counts), merged over the client's own (which may not hold `agentrt_*` fields: `validate.py`): the
+fields the in-engine connector reads (src/agentrt/vllm/identity.py).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from agentrt.serve.auth import TENANT_RE, tenant_scoped
 from agentrt.serve.validate import RequestError
 
 HEADERS = {"agent": "x-agent-id", "workflow": "x-workflow-id", "end": "x-workflow-end",
@@ -41,6 +48,11 @@ class Identity:
     end: bool = False            # this is the workflow's last call
     agent_source: str = "anchor"     # header | metadata | anchor
     workflow_source: str = "call"    # header | metadata | session_id | auto | call
+    key: str = ""                    # the workflow's tenant-scoped key (set by resolve_identity)
+
+    def __post_init__(self) -> None:
+        if not self.key and self.workflow:
+            self.key = tenant_scoped(self.tenant, self.workflow)
 
 
 def _clean(value, name: str) -> str | None:
@@ -51,6 +63,8 @@ def _clean(value, name: str) -> str | None:
     value = value.strip()
     if len(value) > MAX_ID_CHARS:
         raise RequestError(f"{name} is longer than {MAX_ID_CHARS} characters", name)
+    if not value.isprintable():
+        raise RequestError(f"{name} must be printable text (no control characters)", name)
     return value or None
 
 
@@ -70,8 +84,9 @@ def _first_task(messages: list) -> str | None:
     return None
 
 
-def resolve_identity(headers, body: dict, call_number: int) -> Identity:
-    """Identity of one request. `headers` is any case-insensitive mapping (lower-case keys work)."""
+def resolve_identity(headers, body: dict, call_number: int, tenant: str | None = None) -> Identity:
+    """Identity of one request. `headers` is any case-insensitive mapping (lower-case keys work).
+    `tenant`: the authenticated tenant, which overrides any the request names."""
     meta = body.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     found: dict = {}
@@ -85,7 +100,10 @@ def resolve_identity(headers, body: dict, call_number: int) -> Identity:
     names = {k: (HEADERS[k] if source.get(k) == "header" else f"metadata.{METADATA[k]}") for k in HEADERS}
     agent = _clean(found.get("agent"), names["agent"])
     workflow = _clean(found.get("workflow"), names["workflow"])
-    tenant = _clean(found.get("tenant"), names["tenant"]) or "default"
+    if tenant is None:
+        tenant = _clean(found.get("tenant"), names["tenant"]) or "default"
+        if not TENANT_RE.fullmatch(tenant):
+            raise RequestError(f"{names['tenant']} must be 1-64 characters of [A-Za-z0-9._-]", names["tenant"])
     end = _flag(found.get("end"), names["end"])
     ident = Identity(agent, "", tenant, end, source.get("agent", "anchor") if agent else "anchor")
     if workflow:
@@ -98,17 +116,22 @@ def resolve_identity(headers, body: dict, call_number: int) -> Identity:
             ident.workflow, ident.workflow_source = f"auto:{task}", "auto"
         else:   # a workflow of one call: it ends with that call
             ident.workflow, ident.workflow_source, ident.end = f"call:{call_number}", "call", True
+    ident.key = tenant_scoped(tenant, ident.workflow)
     return ident
 
 
-def forward_body(body: dict, ident: Identity, agent: str, call_index: int | None = None) -> dict:
-    """A shallow copy of `body` carrying the identity for the engine (and its KV connector)."""
+def forward_body(body: dict, ident: Identity, agent: str, call_index: int | None = None,
+                 salt: str | None = None) -> dict:
+    """A shallow copy of `body` carrying the identity (and the tenant's `cache_salt`) for the
+    engine and its KV connector."""
     out = dict(body)
-    if not isinstance(out.get("session_id"), str) or not out["session_id"]:
-        out["session_id"] = ident.workflow
+    sid = out.get("session_id")
+    out["session_id"] = tenant_scoped(ident.tenant, sid) if isinstance(sid, str) and sid else ident.key
+    if salt is not None:
+        out["cache_salt"] = salt
     xargs = out.get("vllm_xargs")
-    xargs = dict(xargs) if isinstance(xargs, dict) else {}
-    xargs.update(agentrt_workflow=ident.workflow, agentrt_agent=agent, agentrt_tenant=ident.tenant,
+    xargs = {k: v for k, v in xargs.items() if not k.startswith("agentrt_")} if isinstance(xargs, dict) else {}
+    xargs.update(agentrt_workflow=ident.key, agentrt_agent=agent, agentrt_tenant=ident.tenant,
                  agentrt_end="true" if ident.end else "false")
     if call_index is not None:
         xargs["agentrt_call"] = call_index

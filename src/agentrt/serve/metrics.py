@@ -56,7 +56,9 @@ class ServeMetrics:
                                  "response", ["policy", "endpoint"], registry=r,
                                  buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
         self.hit_rate.labels(policy).set(0.0)
-        self.in_flight.labels(policy).set(0)
+        self.in_flight_now = self.in_flight.labels(policy)
+        self.in_flight_now.set(0)
+        self._children: dict = {}        # (agent label, endpoint, status) -> labelled series
 
     def agent_label(self, agent: str | None) -> str:
         a = agent or "unknown"
@@ -71,25 +73,34 @@ class ServeMetrics:
              usage: dict | None) -> None:
         a = self.agent_label(agent)
         p = self.policy
-        self.requests.labels(p, a, endpoint, str(status)).inc()
-        self.latency.labels(p, endpoint).observe(seconds)
+        key = (a, endpoint, status)
+        ch = self._children.get(key)
+        if ch is None:                   # label lookups are the costly part: once per series
+            if len(self._children) > 4 * self.max_agents * 8:
+                self._children.clear()
+            ch = self._children[key] = (
+                self.requests.labels(p, a, endpoint, str(status)), self.latency.labels(p, endpoint),
+                self.no_usage.labels(p, a), self.prompt_tokens.labels(p, a), self.cached_tokens.labels(p, a),
+                self.agent_hit_rate.labels(p, a), self.hit_rate.labels(p))
+        ch[0].inc()
+        ch[1].observe(seconds)
         if status != 200:
             return
         prompt, cached = usage_tokens(usage)
         if prompt is None:
-            self.no_usage.labels(p, a).inc()
+            ch[2].inc()
             return
-        self.prompt_tokens.labels(p, a).inc(prompt)
-        self.cached_tokens.labels(p, a).inc(cached)
+        ch[3].inc(prompt)
+        ch[4].inc(cached)
         t = self._tokens.setdefault(a, [0, 0])
         t[0] += prompt
         t[1] += cached
         self._total[0] += prompt
         self._total[1] += cached
         if t[0]:
-            self.agent_hit_rate.labels(p, a).set(t[1] / t[0])
+            ch[5].set(t[1] / t[0])
         if self._total[0]:
-            self.hit_rate.labels(p).set(self._total[1] / self._total[0])
+            ch[6].set(self._total[1] / self._total[0])
 
     def warmup(self, agent: str, outcome: str, usage: dict | None) -> None:
         a = self.agent_label(agent)

@@ -11,6 +11,12 @@ Model
   minimal user message with max_tokens=1, one at a time, and only while the engine stays idle.
   Other actions (host-tier prefetch) have nothing to act on here and are counted as ignored.
 - The policy's view of the engine is an estimate (`view.py`): the server sees no block events.
+- With a scheduler other than `fcfs` (`scheduler.py`), each user call also gets the vLLM
+  `priority` the scheduler gives it at arrival (`Call.priority`), from a scheduler instance fed
+  with the same calls; warm-ups get `WARMUP_PRIORITY` (after every user call).
+- Tenancy: the runtime and the scheduler see each workflow under its tenant-scoped key
+  (`Identity.key`), agent profiles and templates are keyed by (tenant, agent) and the cache
+  estimate by (tenant, block); warm-ups carry their tenant's `cache_salt` (`salts`, set by the app).
 - The runtime never makes a request fail: every call into it is guarded, counted in
   `agentrt_runtime_errors_total` and logged once per place; the request goes on without it.
 """
@@ -30,17 +36,19 @@ from agentrt.runtime import events as ev
 from agentrt.runtime.actions import WarmUp
 from agentrt.runtime.runtime import AgentRuntime
 from agentrt.serve.blocks import PromptBlocks, PromptTemplate, chat_segments, completion_segments
-from agentrt.serve.blocks import prompt_blocks, template, warmup_body
+from agentrt.serve.blocks import prompt_blocks, template, tenant_seed, warmup_body
 from agentrt.serve.identity import Identity, forward_body
 from agentrt.serve.metrics import ServeMetrics, usage_tokens
+from agentrt.serve.scheduler import ServeScheduler
 from agentrt.serve.view import CacheEstimate, ServerView
+from agentrt.vllm.priority import WARMUP_PRIORITY
 
 log = logging.getLogger("agentrt.serve")
 Post = Callable[[str, dict], Awaitable[tuple[int | str, dict | None]]]
 
 
 class Call:
-    __slots__ = ("info", "ident", "agent", "endpoint", "started", "blocks")
+    __slots__ = ("info", "ident", "agent", "endpoint", "started", "blocks", "priority", "sched_info")
 
     @property
     def index(self) -> int | None:
@@ -50,13 +58,16 @@ class Call:
                  blocks: PromptBlocks | None) -> None:
         self.info, self.ident, self.agent, self.endpoint = info, ident, agent, endpoint
         self.started, self.blocks = started, blocks
+        self.priority: int | None = None     # the vLLM priority to send (None: leave the body's)
+        self.sched_info = None               # the scheduler's copy of `info`
 
 
 class RuntimeBridge:
     def __init__(self, policy: str, options: dict | None = None, *, block_chars: int = 256,
                  max_anchor_blocks: int = 64, kv_capacity_tokens: int = 0,
                  act_interval_s: float = 0.25, clock: Callable[[], float] = time.monotonic,
-                 max_templates: int = 4096, max_agent_labels: int = 256) -> None:
+                 max_templates: int = 4096, max_agent_labels: int = 256,
+                 scheduler: str = "fcfs", scheduler_options: dict | None = None) -> None:
         if policy in BOUNDS:
             raise AgentrtError(f"'{policy}' is an offline bound, not a policy a server can run")
         pol = make_policy(policy, **(options or {}))
@@ -67,6 +78,7 @@ class RuntimeBridge:
                                     max_anchor_tokens=block_chars * max_anchor_blocks)
         self.metrics = ServeMetrics(policy, max_agent_labels)
         self.cache = CacheEstimate(kv_capacity_tokens)
+        self.scheduler = ServeScheduler(scheduler, scheduler_options, self.cache, block_chars)
         self.block_chars = block_chars
         self.max_anchor_blocks = max_anchor_blocks
         self.act_interval_s = act_interval_s
@@ -81,6 +93,7 @@ class RuntimeBridge:
         self._calls = itertools.count(1)
         self._logged: set[str] = set()
         self._wake = asyncio.Event()
+        self.salts: Callable[[str], str | None] = lambda tenant: None     # tenant -> cache_salt
 
     # ------------------------------------------------------------------ guarded runtime calls
     def _guard(self, where: str, fn, *args, default=None):
@@ -105,10 +118,11 @@ class RuntimeBridge:
     def arrive(self, endpoint: str, body: dict, ident: Identity) -> Call:
         now = self.clock()
         self.in_flight += 1
-        self.metrics.in_flight.labels(self.policy_name).set(self.in_flight)
+        self.metrics.in_flight_now.set(self.in_flight)
         chat = endpoint.endswith("/chat/completions")
         segs = self._guard("blocks", chat_segments if chat else completion_segments, body)
-        blocks = self._guard("blocks", prompt_blocks, body, segs, self.block_chars) if segs else None
+        blocks = self._guard("blocks", prompt_blocks, body, segs, self.block_chars,
+                             tenant_seed(ident.tenant)) if segs else None
         info = None
         agent = ident.agent
         if blocks is not None:
@@ -117,20 +131,30 @@ class RuntimeBridge:
             agent = self._guard("identity", self.runtime.resolve_agent, info) or agent
             self._guard("observe", self.runtime.observe, ev.CallArrived(now, info))
             self._guard("template", self._keep_template, endpoint, body, segs, blocks, ident.tenant, agent)
-        return Call(info, ident, agent or "unknown", endpoint, now, blocks)
+        call = Call(info, ident, agent or "unknown", endpoint, now, blocks)
+        if self.scheduler.active:
+            call.priority = 0        # a call the scheduler cannot rank still gets no client priority
+            if info is not None:
+                ranked = self._guard("scheduler", self.scheduler.arrive, info, now)
+                if ranked is not None:
+                    call.sched_info, call.priority = ranked
+        return call
 
     def _info(self, body: dict, ident: Identity, blocks: PromptBlocks) -> ev.CallInfo:
-        wf = self.runtime.workflows.get(ident.workflow)
+        wf = self.runtime.workflows.get(ident.key)
         index = sum(t.calls for t in wf.threads.values()) if wf is not None else 0  # as the connector counts
         out = body.get("max_completion_tokens", body.get("max_tokens"))
-        return ev.CallInfo(next(self._rid), ident.workflow, ident.agent, ident.tenant, index, blocks.hash_ids,
+        return ev.CallInfo(next(self._rid), ident.key, ident.agent, ident.tenant, index, blocks.hash_ids,
                            len(blocks.hash_ids) * self.block_chars,
                            out if isinstance(out, int) else 0, self.block_chars,
                            agent_explicit=ident.agent is not None)
 
     def _keep_template(self, endpoint, body, segs, blocks, tenant: str, agent: str) -> None:
         key = (tenant, agent)
-        self._templates[key] = template(endpoint, body, segs, blocks, self.max_anchor_blocks)
+        old = self._templates.get(key)
+        n = min(self.max_anchor_blocks, len(blocks.hash_ids))
+        if old is None or old.path != endpoint or old.blocks.hash_ids != blocks.hash_ids[:n]:
+            self._templates[key] = template(endpoint, body, segs, blocks, self.max_anchor_blocks)
         self._templates.move_to_end(key)
         while len(self._templates) > self._max_templates:
             self._templates.popitem(last=False)
@@ -138,20 +162,22 @@ class RuntimeBridge:
     def finish(self, call: Call, status: int | str, usage: dict | None) -> None:
         now = self.clock()
         self.in_flight = max(0, self.in_flight - 1)
-        self.metrics.in_flight.labels(self.policy_name).set(self.in_flight)
+        self.metrics.in_flight_now.set(self.in_flight)
         if call.info is not None:
             self._guard("observe", self.runtime.observe, ev.CallFinished(now, call.info, None))
+        if call.sched_info is not None:
+            self._guard("scheduler", self.scheduler.done, call.sched_info, now, status == 200, usage)
         if status == 200:
             self._guard("cache", self._computed, call.ident.tenant, call.blocks, usage)
         if call.ident.end:
-            self.end_workflow(call.ident.workflow, call.ident.tenant)
+            self.end_workflow(call.ident.key, call.ident.tenant)
         self.metrics.call(call.agent, call.endpoint, status, now - call.started, usage)
         prompt, cached = usage_tokens(usage)
         self.recent.append({"workflow": call.ident.workflow, "agent": call.agent,
                             "agent_source": call.ident.agent_source, "tenant": call.ident.tenant,
                             "workflow_source": call.ident.workflow_source, "end": call.ident.end,
                             "endpoint": call.endpoint, "status": status, "prompt_tokens": prompt,
-                            "cached_tokens": cached, "warmup": False})
+                            "cached_tokens": cached, "warmup": False, "priority": call.priority})
         if self.in_flight == 0:
             self._wake.set()
 
@@ -165,9 +191,31 @@ class RuntimeBridge:
             self.cache.record(tenant, blocks.hash_ids[:-1])   # the last block may be partial
 
     def end_workflow(self, workflow: str, tenant: str = "default") -> None:
-        self._guard("observe", self.runtime.observe, ev.WorkflowEnded(self.clock(), workflow, tenant))
+        """End a workflow; `workflow` is its tenant-scoped key (`auth.tenant_scoped`)."""
+        now = self.clock()
+        self._guard("observe", self.runtime.observe, ev.WorkflowEnded(now, workflow, tenant))
+        if self.scheduler.active:
+            self._guard("scheduler", self.scheduler.workflow_ended, workflow, tenant, now)
 
     # ------------------------------------------------------------------ actions
+    def start(self, post: Post) -> asyncio.Future:
+        return asyncio.ensure_future(asyncio.gather(self.run(post), self.sweep_loop()))
+
+    async def sweep_loop(self, interval_s: float = 5.0) -> None:
+        """End workflows silent for the runtime's `silent_after_s` (and release their state) on a
+        timer, so an idle server cleans up too; the clock is read here and passed in."""
+        while True:
+            await asyncio.sleep(interval_s)
+            self._guard("sweep", self.runtime.sweep, self.clock())
+
+    @staticmethod
+    async def stop(task: asyncio.Task) -> None:
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, Exception):
+            pass
+
     async def run(self, post: Post) -> None:
         """The act loop: runs until cancelled; does nothing for policies that never act."""
         if not self.runtime.policy.acts:
@@ -203,9 +251,12 @@ class RuntimeBridge:
             self.metrics.warmup(a.agent, "skipped", None)
             return 0
         # a workflow of its own that ends with it; `agentrt_warmup` tells the engine not to learn from it
-        wid = f"warmup:{a.agent}"
-        body = forward_body(body, Identity(a.agent, wid, a.tenant, end=True), a.agent)
+        ident = Identity(a.agent, f"warmup:{a.agent}", a.tenant, end=True)
+        wid = ident.key
+        body = forward_body(body, ident, a.agent, salt=self.salts(a.tenant))
         body["vllm_xargs"]["agentrt_warmup"] = "true"
+        if self.scheduler.active:
+            body["priority"] = WARMUP_PRIORITY
         info = ev.CallInfo(next(self._rid), wid, a.agent, a.tenant, 0, list(a.hash_ids),
                            len(a.hash_ids) * self.block_chars, 1, self.block_chars, warmup=True)
         self._guard("observe", self.runtime.observe, ev.CallArrived(self.clock(), info))
@@ -240,7 +291,7 @@ class RuntimeBridge:
         agents = [{"tenant": p.tenant, "agent": p.name, "calls": p.calls, "anchor_blocks": len(p.anchor),
                    "anchor_workflows": p.anchor_workflows}
                   for p in itertools.islice(rt.agents.values(), limit)]
-        return {"policy": self.policy_name, "in_flight": self.in_flight, "warming": self.warming,
+        return {"policy": self.policy_name, "scheduler": self.scheduler.stats(), "in_flight": self.in_flight, "warming": self.warming,
                 "warmups_sent": self.warmups_sent, "runtime_errors": rt.errors,
                 "kv_capacity_tokens": self.cache.capacity_tokens, "engine_work_tokens": self.cache.work,
                 "totals": self.metrics.totals(), "workflows": wfs, "agents": agents,

@@ -8,13 +8,23 @@ contents, unknown models, lengths) is left to the upstream, whose errors pass th
 So a malformed request gets the same status from `agentrt serve` as from vLLM. One deliberate
 difference from OpenAI's own API, inherited from vLLM: a missing `model` is not an error (vLLM
 serves its default model).
+
+Stricter than vLLM, because the server must stay up and consistent for every tenant:
+- the body is parsed with orjson, which refuses what JSON forbids and Python's `json` lets
+  through: `NaN`/`Infinity`, lone UTF-16 surrogates (`"\ud800"`), nesting deeper than 1024,
+  integers beyond 64 bits; all 400s;
+- fields the server owns are refused (400, naming them): `cache_salt` (the server sets the
+  tenant's salt; silently replacing a client's would drop an isolation it asked for without
+  telling it), `kv_transfer_params` (instructions to the KV connector), and `agentrt_*` keys in
+  `vllm_xargs` (identity comes from headers or `metadata`; see identity.py).
 """
 
 from __future__ import annotations
 
-import json
+import orjson
 
 JSON_TYPES = ("application/json",)
+SERVER_FIELDS = ("cache_salt", "kv_transfer_params")
 
 
 class RequestError(Exception):
@@ -44,7 +54,7 @@ def parse_body(raw: bytes, content_type: str | None) -> dict:
     if not raw.strip():
         raise RequestError("request body is empty; expected a JSON object", "body")
     try:
-        body = json.loads(raw)
+        body = orjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise RequestError(f"request body is not valid JSON: {e}", "body") from None
     if not isinstance(body, dict):
@@ -53,6 +63,9 @@ def parse_body(raw: bytes, content_type: str | None) -> dict:
 
 
 def _check_common(body: dict) -> None:
+    for f in SERVER_FIELDS:
+        if f in body:
+            raise RequestError(f"'{f}' is set by the server, not by clients", f)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("'model' must be a string", "model")
@@ -64,6 +77,9 @@ def _check_common(body: dict) -> None:
         if not isinstance(xargs, dict):
             raise RequestError("'vllm_xargs' must be an object", "vllm_xargs")
         for k, v in xargs.items():
+            if k.startswith("agentrt_"):
+                raise RequestError("'vllm_xargs' may not set agentrt_* fields: the server sets them "
+                                   "from the request's identity", f"vllm_xargs.{k}")
             if not _xarg_ok(v):
                 raise RequestError("'vllm_xargs' values must be strings, numbers or lists of them",
                                    f"vllm_xargs.{k}")

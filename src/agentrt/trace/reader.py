@@ -3,46 +3,38 @@
 The reader yields one `Call` per line, in file order, validating every rule of
 ../shared/TRACE_FORMAT.md as it goes; it never holds the whole file. Per-workflow state (the call
 indices seen so far) is kept only until the workflow's `last` call, so memory follows the number
-of open workflows, plus one id per finished workflow to catch a workflow that reappears.
+of open workflows, plus one id per finished workflow to catch a workflow that reappears, plus a
+bounded record of hash-id predecessors (`chain.py`).
 
-A broken rule raises `TraceError(path, line, field, message)`; a reader never guesses.
+A broken rule raises `TraceError(path, line, field, message)`; a reader never guesses, and no
+input, however malformed, gives a traceback or a hang (tests/test_trace_fuzz.py). On top of the
+format, the reader enforces the bounds of `limits.py` and the chain rule of hash ids
+(docs/traces.md). Workflow starts out of timestamp order are legal but replay late: the reader
+counts them and, at the end of a pass, warns once on screen (`TraceWarning`).
 Assumptions: calls of one workflow appear in issue order with increasing `call` indices, and
 `after` refers only to calls already seen. A Mooncake line (no `workflow`) is a workflow of one
-call with a fresh id.
+call with a fresh id that no explicit id can equal (`limits.generated_id`).
 """
 
 from __future__ import annotations
 
-import gzip
 import io
-import json
-import math
-
-import orjson
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from agentrt.errors import TraceError
+from agentrt.errors import TraceError, TraceWarning
+from agentrt.trace.chain import ChainCheck
+from agentrt.trace.limits import (MAX_CONCURRENCY, MAX_INDEX, MAX_TIME_MS, MAX_TOKENS, bad_text,
+                                  bad_workflow_id, generated_id, int_list, is_finite_float, is_int,
+                                  is_number, show)
+from agentrt.trace.lines import objects, open_binary
 from agentrt.trace.schema import TRACE_VERSION, Call, TraceHeader
 
 
 def open_text(path: str | Path) -> io.TextIOBase:
     """Open a trace for reading as UTF-8 text, transparently un-gzipping `.gz` files."""
-    p = Path(path)
-    if not p.exists():
-        raise TraceError(str(path), 0, None, "no such file")
-    if p.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
-    return open(p, encoding="utf-8")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8")
 
 
 class _Workflow:
@@ -51,6 +43,34 @@ class _Workflow:
     def __init__(self) -> None:
         self.calls: set[int] = set()
         self.last_index = -1
+
+
+class _Starts:
+    """Workflow starts out of timestamp order: counted, the first one kept for the warning."""
+
+    __slots__ = ("latest", "latest_line", "count", "example")
+
+    def __init__(self) -> None:
+        self.latest = float("-inf")
+        self.latest_line = 0
+        self.count = 0
+        self.example = ""
+
+    def see(self, ts: float, lineno: int) -> None:
+        if ts >= self.latest:
+            self.latest, self.latest_line = ts, lineno
+            return
+        self.count += 1
+        if not self.example:
+            self.example = (f"line {lineno} starts a workflow at {ts:g} ms, after line "
+                            f"{self.latest_line} started one at {self.latest:g} ms")
+
+    def warn(self, path: str) -> None:
+        if self.count:
+            warnings.warn(f"{path}: {self.count} workflow start(s) out of timestamp order (first: "
+                          f"{self.example}); an open-loop replay issues them late, when it reads "
+                          f"them, so their latencies are off. Sort the file by start time",
+                          TraceWarning, stacklevel=3)
 
 
 class TraceReader:
@@ -64,93 +84,91 @@ class TraceReader:
         self.header = self._read_header()
 
     def _read_header(self) -> TraceHeader:
-        with open_text(self.path) as f:
-            for lineno, text in enumerate(f, start=1):
-                if not text.strip():
-                    continue
-                obj = self._parse(text, lineno)
-                if "trace" not in obj:
-                    return TraceHeader()
-                return self._header(obj, lineno)
+        for lineno, obj in objects(self.path):
+            if "trace" not in obj:
+                return TraceHeader()
+            return self._header(obj, lineno)
         return TraceHeader()
 
-    def _parse(self, text: str, lineno: int) -> dict:
-        try:
-            obj = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            try:  # the standard parser takes integers beyond 64 bits and words its errors well
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise TraceError(self.path, lineno, None,
-                                 f"not valid JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(obj, dict):
-            raise TraceError(self.path, lineno, None, f"expected a JSON object, got {type(obj).__name__}")
-        return obj
-
     def _header(self, obj: dict, lineno: int) -> TraceHeader:
+        err = self._error(lineno)
         if obj["trace"] != TRACE_VERSION:
-            raise TraceError(self.path, lineno, "trace", f"unsupported version {obj['trace']!r}; expected {TRACE_VERSION!r}")
+            raise err("trace", f"unsupported version {show(obj['trace'])}; expected {TRACE_VERSION!r}")
         if "block_size" not in obj:
-            raise TraceError(self.path, lineno, "block_size", "required in a header")
+            raise err("block_size", "required in a header")
         bs = obj["block_size"]
-        if not _is_int(bs) or bs <= 0:
-            raise TraceError(self.path, lineno, "block_size", f"must be an integer > 0, got {bs!r}")
+        if not is_int(bs) or not 0 < bs <= MAX_TOKENS:
+            raise err("block_size", f"must be an integer in 1..{MAX_TOKENS:,}, got {show(bs)}")
         meta = {}
         for key in ("name", "description", "source", "license"):
             if key in obj and obj[key] is not None:
                 if not isinstance(obj[key], str):
-                    raise TraceError(self.path, lineno, key, f"must be a string, got {obj[key]!r}")
+                    raise err(key, f"must be a string, got {show(obj[key])}")
+                why = bad_text(obj[key])
+                if why:
+                    raise err(key, why)
                 meta[key] = obj[key]
         conc = obj.get("concurrency")
-        if conc is not None and (not _is_int(conc) or conc <= 0):
-            raise TraceError(self.path, lineno, "concurrency", f"must be an integer > 0, got {conc!r}")
+        if conc is not None and (not is_int(conc) or not 0 < conc <= MAX_CONCURRENCY):
+            raise err("concurrency", f"must be an integer in 1..{MAX_CONCURRENCY:,}, got {show(conc)}")
         return TraceHeader(block_size=bs, concurrency=conc, has_header=True, **meta)
 
     def __iter__(self) -> Iterator[Call]:
         bs = self.header.block_size
         open_wfs: dict[str, _Workflow] = {}
         finished: set[str] = set()
+        chain = ChainCheck()
+        starts = _Starts()
         first = True
-        with open_text(self.path) as f:
-            for lineno, text in enumerate(f, start=1):
-                if not text.strip():
-                    continue
-                obj = self._parse(text, lineno)
-                if first:
-                    first = False
-                    if "trace" in obj:
-                        continue
+        for lineno, obj in objects(self.path):
+            if first:
+                first = False
                 if "trace" in obj:
-                    raise TraceError(self.path, lineno, "trace", "a header is only allowed on the first line")
-                yield self._call(obj, lineno, bs, open_wfs, finished)
+                    continue
+            if "trace" in obj:
+                raise TraceError(self.path, lineno, "trace", "a header is only allowed on the first line")
+            c = self._call(obj, lineno, bs, open_wfs, finished, starts)
+            bad = chain.check(c.tenant, c.hash_ids, c.input_length // bs, c.output_hash_ids)
+            if bad is not None:
+                raise TraceError(self.path, lineno, *bad)
+            yield c
+        starts.warn(self.path)
 
-    def _call(self, obj: dict, lineno: int, bs: int,
-              open_wfs: dict[str, _Workflow], finished: set[str]) -> Call:
+    def _call(self, obj: dict, lineno: int, bs: int, open_wfs: dict[str, _Workflow],
+              finished: set[str], starts: _Starts) -> Call:
         err = self._error(lineno)
         wid = obj.get("workflow")
         explicit_wf = wid is not None
         if not explicit_wf:
-            wid = f"line-{lineno}"
+            wid = generated_id(lineno)
         elif not isinstance(wid, str) or not wid:
-            raise err("workflow", f"must be a non-empty string, got {wid!r}")
+            raise err("workflow", f"must be a non-empty string, got {show(wid)}")
+        else:
+            why = bad_workflow_id(wid)
+            if why:
+                raise err("workflow", why)
         if wid in finished:
-            raise err("workflow", f"workflow {wid!r} already ended with a 'last' call")
+            raise err("workflow", f"workflow {show(wid)} already ended with a 'last' call")
         wf = open_wfs.get(wid)
         is_first = wf is None
 
         agent = obj.get("agent")
-        if agent is not None and not isinstance(agent, str):
-            raise err("agent", f"must be a string or null, got {agent!r}")
+        if agent is not None:
+            if not isinstance(agent, str):
+                raise err("agent", f"must be a string or null, got {show(agent)}")
+            why = bad_text(agent)
+            if why:
+                raise err("agent", why)
 
         index = obj.get("call", len(wf.calls) if wf else 0)
-        if not _is_int(index) or index < 0:
-            raise err("call", f"must be an integer >= 0, got {index!r}")
+        if not is_int(index) or not 0 <= index <= MAX_INDEX:
+            raise err("call", f"must be an integer in 0..2^63-1, got {show(index)}")
         if wf is not None and index <= wf.last_index:
             raise err("call", f"index {index} does not follow the workflow's previous call {wf.last_index}")
 
         ts = obj.get("timestamp")
-        if ts is not None and not _is_number(ts):
-            raise err("timestamp", f"must be a finite number (ms), got {ts!r}")
+        if ts is not None and (not is_number(ts) or not 0 <= ts <= MAX_TIME_MS):
+            raise err("timestamp", f"must be a finite number of ms in 0..{MAX_TIME_MS:.0e}, got {show(ts)}")
         if is_first and ts is None:
             raise err("timestamp", "required on a workflow's first call")
 
@@ -158,43 +176,44 @@ class TraceReader:
         if after is None:
             after_t: tuple[int, ...] = (index - 1,) if index > 0 else ()
             if wf is None and index > 0:
-                raise err("call", f"first call of workflow {wid!r} has index {index} but no 'after'; its default predecessor {index - 1} was never seen")
+                raise err("call", f"first call of workflow {show(wid)} has index {index} but no 'after'; "
+                                  f"its default predecessor {index - 1} was never seen")
             if wf is not None and index > 0 and (index - 1) not in wf.calls:
-                raise err("after", f"default predecessor {index - 1} was never seen in workflow {wid!r}")
+                raise err("after", f"default predecessor {index - 1} was never seen in workflow {show(wid)}")
         else:
-            if not isinstance(after, list) or not all(_is_int(a) for a in after):
-                raise err("after", f"must be a list of integers, got {after!r}")
+            if not int_list(after):
+                raise err("after", f"must be a list of integers, got {show(after)}")
             for a in after:
                 if wf is None or a not in wf.calls:
-                    raise err("after", f"call {a} is not an earlier call of workflow {wid!r}")
+                    raise err("after", f"call {show(a)} is not an earlier call of workflow {show(wid)}")
             after_t = tuple(after)
 
         think = obj.get("think_ms", 0)
-        if not _is_number(think) or think < 0:
-            raise err("think_ms", f"must be a number >= 0, got {think!r}")
+        if not is_number(think) or not 0 <= think <= MAX_TIME_MS:
+            raise err("think_ms", f"must be a number >= 0 and <= {MAX_TIME_MS:.0e}, got {show(think)}")
 
         if "input_length" not in obj:
             raise err("input_length", "required")
         n_in = obj["input_length"]
-        if not _is_int(n_in) or n_in <= 0:
-            raise err("input_length", f"must be an integer > 0, got {n_in!r}")
+        if not is_int(n_in) or not 0 < n_in <= MAX_TOKENS:
+            raise err("input_length", f"must be an integer > 0 and <= {MAX_TOKENS:,}, got {show(n_in)}")
         if "output_length" not in obj:
             raise err("output_length", "required")
         n_out = obj["output_length"]
-        if not _is_int(n_out) or n_out < 0:
-            raise err("output_length", f"must be an integer >= 0, got {n_out!r}")
+        if not is_int(n_out) or not 0 <= n_out <= MAX_TOKENS:
+            raise err("output_length", f"must be an integer >= 0 and <= {MAX_TOKENS:,}, got {show(n_out)}")
 
         if "hash_ids" not in obj:
             raise err("hash_ids", "required")
         hids = obj["hash_ids"]
-        if not isinstance(hids, list) or not all(_is_int(h) for h in hids):
+        if not int_list(hids):
             raise err("hash_ids", "must be a list of integers")
         want = -(-n_in // bs)
         if len(hids) != want:
             raise err("hash_ids", f"expected {want} ids for input_length {n_in} at block_size {bs}, got {len(hids)}")
 
         ohids = obj.get("output_hash_ids", [])
-        if not isinstance(ohids, list) or not all(_is_int(h) for h in ohids):
+        if not int_list(ohids):
             raise err("output_hash_ids", "must be a list of integers")
         most = (n_in + n_out) // bs - n_in // bs
         if len(ohids) > most:
@@ -202,19 +221,24 @@ class TraceReader:
 
         last = obj.get("last")
         if last is not None and not isinstance(last, bool):
-            raise err("last", f"must be true or false, got {last!r}")
+            raise err("last", f"must be true or false, got {show(last)}")
         if not explicit_wf:
             last = True
 
         tenant = obj.get("tenant", "default")
         if not isinstance(tenant, str) or not tenant:
-            raise err("tenant", f"must be a non-empty string, got {tenant!r}")
+            raise err("tenant", f"must be a non-empty string, got {show(tenant)}")
+        why = bad_text(tenant)
+        if why:
+            raise err("tenant", why)
 
         signal = obj.get("signal")
         if signal is not None:
-            if not isinstance(signal, list) or not all(_is_number(s) for s in signal):
+            if type(signal) is not list or not all(is_finite_float(s) for s in signal):
                 raise err("signal", "must be a list of finite numbers")
 
+        if is_first:
+            starts.see(ts, lineno)
         if explicit_wf:
             if wf is None:
                 wf = open_wfs[wid] = _Workflow()

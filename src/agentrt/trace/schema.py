@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentrt.trace.limits import GENERATED_PREFIX
+
 TRACE_VERSION = "workflow-trace/1"
 MOONCAKE_BLOCK_SIZE = 512
 
@@ -67,9 +69,10 @@ class Call:
         return self.input_length // block_size
 
     def to_json(self, *, explicit_workflow: bool = True) -> dict:
-        """The call as a trace line; fields at their default are left out."""
+        """The call as a trace line; fields at their default are left out, and so is a workflow id
+        the reader generated for a line without one (`limits.generated_id`)."""
         out: dict = {}
-        if explicit_workflow:
+        if explicit_workflow and not self.workflow.startswith(GENERATED_PREFIX):
             out["workflow"] = self.workflow
         if self.agent is not None:
             out["agent"] = self.agent

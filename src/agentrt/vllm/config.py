@@ -1,9 +1,12 @@
 """The connector's settings (`kv_connector_extra_config`) and the `--kv-transfer-config` line.
 
     --kv-transfer-config '{"kv_connector": "AgentRTConnector",
-                           "kv_connector_module_path": "agentrt.vllm.connector",
                            "kv_role": "kv_both",
                            "kv_connector_extra_config": {"policy": "cachesage", ...}}'
+
+agentrt's `vllm.general_plugins` entry point (`agentrt.vllm.plugin`) registers the name
+`AgentRTConnector` in every vLLM process; where agentrt is importable but not installed (no entry
+point), add `"kv_connector_module_path": "agentrt.vllm.connector"`.
 
 Keys of `kv_connector_extra_config` (all optional):
     policy          policy name from `agentrt policies` (default "lru": stock vLLM, nothing reordered)
@@ -17,6 +20,10 @@ Keys of `kv_connector_extra_config` (all optional):
     event_log       path of a JSON-lines log of what the connector saw (identity, hits, evictions)
     anchor_tokens   tokens of a prompt's anchor for agent inference (default 256)
     silent_after_s  a workflow with nothing in flight for this long is ended (default 600)
+    sweep_interval_s  seconds between two silence sweeps run from the scheduler's steps (default 5)
+    max_workflows   cap on open workflows in all (default 65536; null: none); over it, the
+                    oldest idle workflow is ended (counted as `workflows_capped` in the stats)
+    max_workflows_per_tenant  the same per tenant (default 8192; null: none)
     fail_after      test hook: the hosted runtime raises after this many events
 Unknown keys are an error in the connector's log (reported once) and otherwise ignored.
 """
@@ -43,6 +50,9 @@ class ConnectorConfig:
     event_log: str | None = None
     anchor_tokens: int = 256
     silent_after_s: float = 600.0
+    sweep_interval_s: float = 5.0
+    max_workflows: int | None = 65536
+    max_workflows_per_tenant: int | None = 8192
     fail_after: int | None = None
 
     @classmethod
@@ -62,6 +72,14 @@ class ConnectorConfig:
         cfg.prefetch_blocks = int(cfg.prefetch_blocks)
         cfg.anchor_tokens = int(cfg.anchor_tokens)
         cfg.silent_after_s = float(cfg.silent_after_s)
+        cfg.sweep_interval_s = float(cfg.sweep_interval_s)
+        for name in ("max_workflows", "max_workflows_per_tenant"):
+            v = getattr(cfg, name)
+            if v is not None:
+                v = int(v)
+                if v < 1:
+                    raise ValueError(f"{name} must be >= 1 (or null: no cap), got {v}")
+                setattr(cfg, name, v)
         return cfg, unknown
 
     @property
@@ -76,22 +94,33 @@ class ConnectorConfig:
         return opts
 
 
-def kv_transfer_config(policy: str = "lru", **extra) -> dict:
+def plugin_installed() -> bool:
+    """Whether agentrt's `vllm.general_plugins` entry point is installed (vLLM then knows the
+    connector by name)."""
+    from importlib.metadata import entry_points
+    return any(ep.value.startswith("agentrt.vllm.plugin:")
+               for ep in entry_points(group="vllm.general_plugins"))
+
+
+def kv_transfer_config(policy: str = "lru", *, module_path: bool | None = None, **extra) -> dict:
     """The `--kv-transfer-config` object that loads the connector with `policy` and `extra` keys.
-    With a host tier, a block whose load failed is recomputed (vLLM's default fails the request)."""
+    `module_path`: add `kv_connector_module_path` (None: only when the plugin's entry point is not
+    installed). With a host tier, a block whose load failed is recomputed (vLLM's default fails
+    the request)."""
     from agentrt.policies.registry import BOUNDS, check_names
     check_names([policy])
     if policy in BOUNDS:
         raise ValueError(f"'{policy}' is an offline bound, not a policy an engine can run")
     body = {"policy": policy, **{k: v for k, v in extra.items() if v is not None}}
     cfg, _ = ConnectorConfig.from_extra(body)  # fail here, not inside the engine
-    out = {"kv_connector": CONNECTOR_CLASS, "kv_connector_module_path": CONNECTOR_MODULE,
-           "kv_role": "kv_both", "kv_connector_extra_config": body}
+    out = {"kv_connector": CONNECTOR_CLASS, "kv_role": "kv_both", "kv_connector_extra_config": body}
+    if module_path or (module_path is None and not plugin_installed()):
+        out["kv_connector_module_path"] = CONNECTOR_MODULE
     if cfg.host_blocks:
         out["kv_load_failure_policy"] = "recompute"
     return out
 
 
-def kv_transfer_arg(policy: str = "lru", **extra) -> str:
+def kv_transfer_arg(policy: str = "lru", *, module_path: bool | None = None, **extra) -> str:
     """The same as a command-line value."""
-    return json.dumps(kv_transfer_config(policy, **extra))
+    return json.dumps(kv_transfer_config(policy, module_path=module_path, **extra))

@@ -17,8 +17,12 @@ What it maps (the simulator, `engine/simulator.py`, is the reference for which e
   a lookup reports the host blocks that continue a request's GPU hit as an external hit, and
   `Prefetch` actions load host blocks back (`act.py`); each step's copies go to the worker in
   the step's metadata (`end_step`).
+- Every scheduler step runs the runtime's silence sweep once `sweep_interval_s` has passed
+  (`AgentRuntime.sweep`); the runtime's caps on open workflows (`max_workflows`,
+  `max_workflows_per_tenant`) end the oldest idle ones, counted as `workflows_capped`.
 Failure: the first exception from the runtime or the policy is logged once, the runtime is
-switched off and vLLM carries on with its own LRU order. Nothing here raises into vLLM.
+switched off (its per-request tables are cleared) and vLLM carries on with its own LRU order.
+Nothing here raises into vLLM.
 Time (`now`) is seconds of `time.monotonic()` since the connector started.
 """
 
@@ -76,7 +80,9 @@ class HostedRuntime:
             reader = TraceReader(cfg.train_trace)
             self.policy.train(iter(reader), reader.header.block_size)
         self.runtime = AgentRuntime(self.policy, anchor_tokens=cfg.anchor_tokens,
-                                    silent_after_s=cfg.silent_after_s)
+                                    silent_after_s=cfg.silent_after_s,
+                                    max_workflows=cfg.max_workflows,
+                                    max_workflows_per_tenant=cfg.max_workflows_per_tenant)
         self.mirror = Mirror()
         self.runtime.touch_clock = lambda: self.mirror.clock
         self.reorder = not cfg.stock
@@ -91,6 +97,7 @@ class HostedRuntime:
         self._waiting: set[str] = set()
         self._rid = 0
         self._t0 = time.monotonic()
+        self._next_sweep = cfg.sweep_interval_s
         self._events = 0
         self.host = HostTier(cfg.host_blocks, self._score) if cfg.host_blocks > 0 else None
         self._plans: dict[str, tuple[int, list[bytes]]] = {}   # request -> (first block, host keys)
@@ -124,6 +131,11 @@ class HostedRuntime:
         log.exception("agentrt: %s failed (%r); the runtime is off, vLLM continues with LRU",
                       where, exc, exc_info=exc)
         self.elog.write("error", where=where, error=repr(exc), disabled=True)
+        # nothing reads these once off: let go of the requests they hold
+        self._reqs.clear()
+        self._waiting.clear()
+        self._plans.clear()
+        self._reused.clear()
         try:
             if self._watch:
                 w = self.pool._reuse_watchers
@@ -310,10 +322,18 @@ class HostedRuntime:
         if self.pool is None:
             return
         self._flush_evictions()
+        self.maybe_sweep(self.now())
         if self.policy.acts:
             self._act(scheduler_output)
             self._flush_evictions()          # what prefetches evicted
         self.before_alloc()
+
+    def maybe_sweep(self, now: float) -> int:
+        """The runtime's silence sweep, at most once per `sweep_interval_s` (from `step`)."""
+        if now < self._next_sweep:
+            return 0
+        self._next_sweep = now + self.cfg.sweep_interval_s
+        return self.runtime.sweep(now)
 
     def end_step(self) -> StepPlan | None:
         """This step's host copies for the worker (also after a failure: committed loads must run)."""
@@ -332,7 +352,9 @@ class HostedRuntime:
     def stats(self) -> dict:
         out = dict(self.counts, mirrored=len(self.mirror), failed=self.failed,
                    policy=self.cfg.policy, reorder=self.reorder, events=self._events,
-                   live_workflows=len(self.runtime.workflows))
+                   live_workflows=len(self.runtime.workflows),
+                   workflows_capped=self.runtime.forced_ends,
+                   workflows_silenced=self.runtime.silent_ends)
         if self.orderer is not None:
             st = self.orderer.stats
             out.update(reorders=st.runs, relinks=st.relinks, moved=st.moved, scored=st.scored,

@@ -1,0 +1,265 @@
+"""The hot path: `POST /v1/chat/completions` and `/v1/completions` as a bare ASGI handler.
+
+Every other route goes to the FastAPI app behind it. Per request, in order:
+1. headers in one pass: `Authorization`, content type, identity headers (each at most once: a
+   repeated `X-Agent-Id`, `X-Workflow-Id`, `X-Workflow-End`, `X-Tenant-Id` or `Authorization` is a
+   400, so identity and upstream can never disagree; values must be UTF-8), and the headers to
+   forward (hop-by-hop, identity and, with auth, `Authorization` and `X-Vllm-Priority` dropped);
+2. the caller (`auth.py`: 401 without a known key, 403 for an admin-only key), the body (at most
+   `max_body_bytes`, else 413), validation and identity (`validate.py`, `identity.py`): 4xx in
+   OpenAI's error shape, and nothing taken yet;
+3. `bridge.arrive`, then, whatever happens, exactly one `bridge.finish` (no slot can leak);
+4. the forwarded body: identity, the tenant's `cache_salt`, the scheduler's `priority` (with
+   `--auth` a client's `priority` is dropped under fcfs too); sent through the pooled client
+   (`upstream.py`) while a watcher aborts the upstream call if the client disconnects;
+5. the answer: status, headers (content encoding included) and bytes as the upstream sent them. A
+   stream that breaks (upstream died, read timeout) ends with an SSE `error` event and
+   `data: [DONE]` (an encoded stream cannot take a plain event: its connection is cut instead).
+   Unreachable: 502; connect or read timeout before the answer: 504.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+
+import orjson
+
+from agentrt.serve.identity import forward_body, resolve_identity
+from agentrt.serve.upstream import UpstreamError, UpstreamTimeout
+from agentrt.serve.validate import RequestError, error_body, parse_body, validate_chat, validate_completion
+from agentrt.vllm.priority import PRIORITY_HEADER
+
+log = logging.getLogger("agentrt.serve")
+ROUTES = {"/v1/chat/completions": validate_chat, "/v1/completions": validate_completion}
+HOP = {b"host", b"content-length", b"connection", b"keep-alive", b"te", b"upgrade", b"transfer-encoding",
+       b"proxy-authorization", b"proxy-connection", b"trailer", b"expect"}
+IDENTITY = {b"x-agent-id", b"x-workflow-id", b"x-workflow-end", b"x-tenant-id"}
+RESPONSE_DROP = {b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"date", b"server"}
+PRIORITY = PRIORITY_HEADER.encode()
+
+
+def error_response(status: int, message: str, type_: str, param: str | None = None):
+    return status, orjson.dumps(error_body(message, type_, param, status))
+
+
+async def send_json(send, status: int, body: bytes, headers: list | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())] + (headers or [])})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _usage(data: bytes) -> dict | None:
+    try:
+        obj = orjson.loads(data)
+    except ValueError:
+        return None
+    u = obj.get("usage") if isinstance(obj, dict) else None
+    return u if isinstance(u, dict) else None
+
+
+def _decoder(encoding: bytes | None):
+    """A zlib decoder for a copy of the body (usage sniffing), None for identity, False: unknown."""
+    if not encoding or encoding.strip().lower() == b"identity":
+        return None
+    if encoding.strip().lower() in (b"gzip", b"x-gzip", b"deflate"):
+        return zlib.decompressobj(47)          # gzip or zlib header, detected
+    return False
+
+
+class HotPath:
+    def __init__(self, app, cfg, bridge, state: dict, auth=None, salts=None) -> None:
+        self.app, self.cfg, self.bridge, self.state = app, cfg, bridge, state
+        self.auth, self.salts = auth, salts
+        self.drop = set(HOP) | IDENTITY
+        if auth is not None:
+            self.drop |= {b"authorization", b"x-tenant-id"}
+        if auth is not None or bridge.scheduler.active:
+            self.drop.add(PRIORITY)
+        self.upstream_auth = [(b"authorization", f"Bearer {cfg.upstream_api_key}".encode())] \
+            if cfg.upstream_api_key else []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in ROUTES:
+            try:
+                return await self.handle(scope, receive, send, scope["path"])
+            except ConnectionAbortedError:   # an encoded stream broke: the connection is cut
+                return
+            except Exception:          # a bug; the request still gets a JSON answer if it can
+                log.exception("agentrt serve: unexpected error on %s", scope["path"])
+                st, body = error_response(500, "internal error in agentrt serve", "InternalServerError")
+                try:
+                    await send_json(send, st, body)
+                except Exception:
+                    pass
+                return
+        if scope["type"] == "http" and scope["path"] in ROUTES:
+            return await send_json(send, *error_response(405, "Method Not Allowed", "MethodNotAllowedError"),
+                                   [(b"allow", b"POST")])
+        return await self.app(scope, receive, send)
+
+    def _headers(self, scope):
+        """(content type, authorization, identity dict, headers to forward) or a RequestError."""
+        ident: dict = {}
+        fwd: list = []
+        ctype = auth = None
+        for k, v in scope["headers"]:
+            if k in IDENTITY:
+                name = k.decode()
+                if name in ident:
+                    raise RequestError(f"header {name} is given more than once", name)
+                try:
+                    ident[name] = v.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise RequestError(f"header {name} is not valid UTF-8", name) from None
+                continue
+            if k == b"authorization":
+                if auth is not None:
+                    raise RequestError("header authorization is given more than once", "authorization")
+                auth = v
+            elif k == b"content-type":
+                ctype = v
+            if k not in self.drop:
+                fwd.append((k, v))
+        return ctype, auth, ident, fwd
+
+    async def _body(self, receive) -> bytes:
+        parts, size, limit = [], 0, self.cfg.max_body_bytes
+        while True:
+            m = await receive()
+            if m["type"] == "http.disconnect":
+                raise ConnectionError("client left")
+            chunk = m.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(f"request body is larger than {limit} bytes", "body", 413,
+                                   "PayloadTooLargeError")
+            parts.append(chunk)
+            if not m.get("more_body"):
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def handle(self, scope, receive, send, path: str) -> None:
+        bridge, cfg = self.bridge, self.cfg
+        try:
+            ctype, authz, ihdr, fwd_headers = self._headers(scope)
+            tenant = None
+            if self.auth is not None:
+                who = self.auth.principal(authz)
+                if who is None:
+                    return await send_json(send, *error_response(
+                        401, "missing or unknown API key (Authorization: Bearer KEY)", "AuthenticationError"))
+                if who.tenant is None:
+                    return await send_json(send, *error_response(
+                        403, "an admin key cannot make model calls", "PermissionDeniedError"))
+                tenant = who.tenant
+            body = parse_body(await self._body(receive), ctype.decode("latin-1") if ctype else None)
+            ROUTES[path](body)
+            ident = resolve_identity(ihdr, body, bridge.next_call_number(), tenant)
+        except RequestError as e:
+            return await send_json(send, e.status, orjson.dumps(e.body()))
+        except ConnectionError:
+            return
+        call = bridge.arrive(path, body, ident)
+        status, usage = "error", None
+        ctx = {"resp": None, "conn": None, "gone": False}
+        watcher = asyncio.ensure_future(self._watch(receive, ctx))
+        resp = None
+        try:
+            fwd = forward_body(body, ident, call.agent, call.index,
+                               self.salts(ident.tenant) if self.salts else None)
+            if call.priority is not None:
+                fwd["priority"] = call.priority
+            elif self.auth is not None:
+                fwd.pop("priority", None)
+            fwd_headers.append((b"content-type", b"application/json"))
+            fwd_headers += self.upstream_auth
+            try:
+                resp = ctx["resp"] = await self.state["pool"].request(
+                    "POST", path, fwd_headers, orjson.dumps(fwd), on_conn=lambda c: ctx.__setitem__("conn", c))
+            except UpstreamTimeout as e:
+                status = "timeout"
+                bridge.metrics.upstream_errors.labels(cfg.policy, "timeout").inc()
+                return await send_json(send, *error_response(504, str(e), "GatewayTimeoutError"))
+            except UpstreamError as e:
+                status = "gone" if ctx["gone"] else "unreachable"
+                bridge.metrics.upstream_errors.labels(cfg.policy, "unreachable").inc()
+                return await send_json(send, *error_response(
+                    502, f"upstream {cfg.upstream} unreachable: {e}", "BadGatewayError"))
+            if resp.status >= 400:
+                bridge.metrics.upstream_errors.labels(cfg.policy, str(resp.status)).inc()
+            headers = [(k, v) for k, v in resp.headers if k not in RESPONSE_DROP]
+            ctype_up = resp.header(b"content-type") or b""
+            dec = _decoder(resp.header(b"content-encoding"))
+            if resp.status == 200 and ctype_up.startswith(b"text/event-stream"):
+                status = "broken"
+                status, usage = await self._relay(send, resp, headers, dec, ctx)
+                return
+            try:
+                content = await resp.read()
+            except UpstreamError as e:
+                status = "gone" if ctx["gone"] else "broken"
+                code, typ = (504, "GatewayTimeoutError") if isinstance(e, UpstreamTimeout) else (502, "BadGatewayError")
+                return await send_json(send, *error_response(code, f"upstream answer broke off: {e}", typ))
+            status = resp.status
+            if status == 200 and dec is not False:
+                usage = _usage(content if dec is None else _inflate(dec, content))
+            headers.append((b"content-length", str(len(content)).encode()))
+            await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+            await send({"type": "http.response.body", "body": content})
+        finally:
+            watcher.cancel()
+            if resp is not None:
+                resp.abort()                     # no-op once the answer was read to its end
+            bridge.finish(call, status, usage)
+
+    async def _relay(self, send, resp, headers, dec, ctx) -> tuple:
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        usage, tail = None, b""
+        try:
+            async for chunk in resp.chunks():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if dec is False:
+                    continue
+                text = chunk if dec is None else _inflate(dec, chunk)
+                if b'"usage"' in text or tail:
+                    lines = (tail + text).split(b"\n")
+                    tail = lines.pop()
+                    for line in lines:
+                        if line.startswith(b"data:") and b'"usage"' in line:
+                            usage = _usage(line[5:]) or usage
+                    if len(tail) > 1 << 20:
+                        tail = b""
+        except UpstreamError as e:
+            if ctx["gone"]:
+                return "gone", usage
+            if dec is not None:                  # an encoded stream: cut it, never truncate silently
+                raise ConnectionAbortedError("upstream stream broke off") from None
+            code, typ = (504, "GatewayTimeoutError") if isinstance(e, UpstreamTimeout) else (502, "BadGatewayError")
+            err = orjson.dumps(error_body(f"upstream stream broke off: {e}", typ, None, code))
+            await send({"type": "http.response.body", "body": b"data: " + err + b"\n\ndata: [DONE]\n\n",
+                        "more_body": False})
+            return "broken", usage
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return 200, usage
+
+    async def _watch(self, receive, ctx) -> None:
+        """Abort the upstream call when the client disconnects (its answer would go nowhere)."""
+        while True:
+            m = await receive()
+            if m["type"] == "http.disconnect":
+                ctx["gone"] = True
+                resp, conn = ctx["resp"], ctx["conn"]
+                if resp is not None:
+                    resp.abort()
+                elif conn is not None:
+                    conn.writer.transport.abort()
+                return
+
+
+def _inflate(dec, data: bytes) -> bytes:
+    try:
+        return dec.decompress(data)
+    except zlib.error:
+        return b""

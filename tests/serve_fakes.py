@@ -1,0 +1,121 @@
+"""A real HTTP upstream standing in for vLLM, with faults on request, and `agentrt serve` under
+uvicorn in a thread: shared by test_serve_tenancy.py and test_serve_faults.py.
+
+The upstream's behaviour is chosen per request by the `X-Fake` header (serve forwards it):
+json (default), stream, break (two SSE events, then the connection is cut), gzip-stream,
+gzip-json, hang (sleep `X-Hang` seconds before answering), stream-hang (one event, then sleep).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+USAGE = {"prompt_tokens": 100, "completion_tokens": 2, "total_tokens": 102,
+         "prompt_tokens_details": {"cached_tokens": 0}}
+ANSWER = {"id": "x", "object": "chat.completion", "choices": [
+    {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}], "usage": USAGE}
+EVENTS = [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("hel", "lo")] + \
+    [{"choices": [], "usage": USAGE}]
+SSE = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in EVENTS) + b"data: [DONE]\n\n"
+
+
+class FakeUpstream:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict, dict]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                self._send(404, b'{"error": "no"}', "application/json")
+
+            def _send(self, status, data, ctype, extra=()):
+                self.send_response(status)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(data)))
+                for k, v in extra:
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _chunk(self, data: bytes):
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _start_stream(self, extra=()):
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                for k, v in extra:
+                    self.send_header(k, v)
+                self.end_headers()
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                hdrs = {k.lower(): v for k, v in self.headers.items()}
+                outer.requests.append((self.path, body, hdrs))
+                mode = hdrs.get("x-fake", "json")
+                if mode == "hang":
+                    time.sleep(float(hdrs.get("x-hang", "5")))
+                if mode in ("json", "hang"):
+                    return self._send(200, json.dumps(ANSWER).encode(), "application/json")
+                if mode == "gzip-json":
+                    return self._send(200, gzip.compress(json.dumps(ANSWER).encode()), "application/json",
+                                      [("content-encoding", "gzip")])
+                if mode == "gzip-stream":
+                    z = gzip.compress(SSE)
+                    self._start_stream([("content-encoding", "gzip")])
+                    self._chunk(z[:len(z) // 2])
+                    self._chunk(z[len(z) // 2:])
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                self._start_stream()
+                events = SSE.split(b"\n\n")[:-1]
+                if mode == "stream":
+                    for e in events:
+                        self._chunk(e + b"\n\n")
+                    self.wfile.write(b"0\r\n\r\n")
+                elif mode == "break":
+                    for e in events[:2]:
+                        self._chunk(e + b"\n\n")
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                elif mode == "stream-hang":
+                    self._chunk(events[0] + b"\n\n")
+                    time.sleep(float(hdrs.get("x-hang", "5")))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_serve(upstream_url: str, policy: str = "lru", **kw):
+    """`agentrt serve` on 127.0.0.1 under uvicorn in a thread (real sockets, real disconnects)."""
+    from agentrt.serve.app import ServeConfig, create_app
+    from test_serve import ThreadServer
+    kw.setdefault("kv_capacity_tokens", 100_000)
+    kw.setdefault("act_interval_s", 60)
+    return ThreadServer(create_app(ServeConfig(upstream_url, policy, **kw))).start()
+
+
+def wait_until(cond, timeout: float = 5.0) -> bool:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
