@@ -15,6 +15,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 USAGE = {"prompt_tokens": 100, "completion_tokens": 2, "total_tokens": 102,
          "prompt_tokens_details": {"cached_tokens": 0}}
 ANSWER = {"id": "x", "object": "chat.completion", "choices": [
@@ -119,3 +121,11 @@ def wait_until(cond, timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return cond()
+
+
+@pytest.fixture
+def up():
+    """A fake OpenAI upstream on 127.0.0.1, closed after the test (import it as a fixture)."""
+    u = FakeUpstream()
+    yield u
+    u.close()

@@ -12,22 +12,7 @@ from agentrt.runtime import events as ev
 from agentrt.runtime.runtime import anchor_agent
 from agentrt.sched.agent import AgentScheduler, WorkflowSizes
 
-BS = 16
-
-
-def info(rid, wf="w", tenant="t", n_in=4 * BS, n_out=10, ids=None, agent=None, warmup=False, index=0):
-    ids = list(ids) if ids is not None else [rid * 100 + k for k in range(n_in // BS)]
-    return ev.CallInfo(rid=rid, workflow=wf, agent=agent, tenant=tenant, index=index, hash_ids=ids,
-                       input_length=n_in, output_length=n_out, block_size=BS, warmup=warmup)
-
-
-class View:
-    def __init__(self, now=0.0, cached=None):
-        self.now = now
-        self.cached = dict(cached or {})
-
-    def cached_blocks(self, call):
-        return self.cached.get(call.rid, 0)
+from sched_fakes import BS, View, info  # noqa: E402
 
 
 def order(sched, calls, view):

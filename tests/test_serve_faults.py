@@ -15,17 +15,10 @@ import pytest
 pytest.importorskip("fastapi", reason="the serve extra is not installed")
 import httpx  # noqa: E402
 
-from serve_fakes import SSE, FakeUpstream, start_serve, wait_until  # noqa: E402
+from serve_fakes import up, SSE, FakeUpstream, start_serve, wait_until  # noqa: E402
 
 CHAT = {"model": "m", "messages": [{"role": "system", "content": "You plan. " * 30},
                                    {"role": "user", "content": "go"}]}
-
-
-@pytest.fixture
-def up():
-    u = FakeUpstream()
-    yield u
-    u.close()
 
 
 @pytest.fixture

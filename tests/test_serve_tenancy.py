@@ -14,7 +14,7 @@ pytest.importorskip("fastapi", reason="the serve extra is not installed")
 import httpx  # noqa: E402
 
 from agentrt.serve.auth import AuthConfig, AuthError, Salts, tenant_scoped  # noqa: E402
-from serve_fakes import FakeUpstream, start_serve  # noqa: E402
+from serve_fakes import up, FakeUpstream, start_serve  # noqa: E402
 from vllm_support import requires_vllm  # noqa: E402
 
 KEY_A, KEY_B, ADMIN = "sk-team-a-0123456789", "sk-team-b-0123456789", "sk-admin-0123456789ab"
@@ -33,13 +33,6 @@ def auth_file(tmp_path, suffix: str = ".json"):
     else:
         p.write_text(json.dumps({"tenants": {KEY_A: "team-a", KEY_B: "team-b"}, "admin_keys": [ADMIN]}))
     return p
-
-
-@pytest.fixture
-def up():
-    u = FakeUpstream()
-    yield u
-    u.close()
 
 
 @pytest.fixture
