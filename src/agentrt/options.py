@@ -1,6 +1,33 @@
-"""Command-line option values: `--set KEY=VALUE` strings turned into Python values."""
+"""Option values, checked before any work starts.
+
+`--set POLICY.OPTION=VALUE` strings turned into Python values and checked against the options the
+policy takes; scheduler options; the files a command reads and writes. Every check raises
+`AgentrtError` naming the option as the user wrote it: `--gpu-blocks` on the command line,
+`gpu_blocks` from Python (`flag`).
+"""
 
 from __future__ import annotations
+
+import inspect
+import math
+import os
+from pathlib import Path
+
+from agentrt.errors import AgentrtError
+
+
+def flag(name: str, cli: bool) -> str:
+    """How an error names option `name` (a Python keyword): `--gpu-blocks` or `gpu_blocks`."""
+    return "--" + name.replace("_", "-") if cli else name
+
+
+def positive(value: float | None, name: str, cli: bool, allow_zero: bool = False) -> None:
+    """None passes; otherwise a finite number > 0 (>= 0 with `allow_zero`)."""
+    if value is None:
+        return
+    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        raise AgentrtError(f"{flag(name, cli)} must be {'>=' if allow_zero else '>'} 0, got {value}")
 
 
 def parse_value(text: str):
@@ -14,3 +41,104 @@ def parse_value(text: str):
         except ValueError:
             pass
     return text
+
+
+def policy_option_names(name: str) -> list[str] | None:
+    """The keyword options policy `name` takes, `seed` aside (the bench sets it), in signature
+    order; None when they cannot be told (a plain factory, or options passed on to no class)."""
+    from agentrt.policies.registry import policy_class
+    cls = policy_class(name)
+    if cls is None:
+        return None
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        forwards = False
+        for p in list(inspect.signature(init).parameters.values())[1:]:
+            if p.kind is p.VAR_KEYWORD:
+                forwards = True     # e.g. PBKV-TA passes its options on to PBKV
+            elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names:
+                names.append(p.name)
+        if not forwards:
+            return [n for n in names if n != "seed"]
+    return None
+
+
+def check_policy_options(policy_options: dict, policies: list[str], cli: bool) -> None:
+    """Every {policy: {option: value}} names a policy being run and an option that policy takes."""
+    for pol, opts in policy_options.items():
+        where = "--set" if cli else "policy_options"
+        if pol not in policies:
+            raise AgentrtError(f"{where} {pol}: policy '{pol}' is not among the policies run "
+                               f"({', '.join(policies)})")
+        valid = policy_option_names(pol)
+        if valid is None:
+            continue
+        for opt in opts:
+            if opt not in valid:
+                seed = f" (the seed is {flag('seed', cli)})" if opt == "seed" else ""
+                listed = ", ".join(valid) if valid else "none"
+                raise AgentrtError(f"{where} {pol}.{opt}: policy '{pol}' has no option '{opt}'"
+                                   f"{seed}; valid options of {pol}: {listed}")
+
+
+def parse_policy_options(items: list[str], policies: list[str]) -> dict:
+    """`--set policy.option=value` items -> {policy: {option: value}}, checked."""
+    out: dict = {}
+    for item in items:
+        key, eq, val = item.partition("=")
+        pol, dot, opt = key.partition(".")
+        if not eq or not dot or not pol or not opt:
+            raise AgentrtError(f"--set {item!r}: expected POLICY.OPTION=VALUE")
+        out.setdefault(pol, {})[opt] = parse_value(val)
+    check_policy_options(out, policies, cli=True)
+    return out
+
+
+def scheduler_options(name: str, max_wait: float | None, tenant_weights: str | None,
+                      max_hold: float | None = None) -> dict:
+    """Check `--scheduler` and its options before any replay; the scheduler's keyword options."""
+    from agentrt.sched.registry import make_scheduler
+    opts: dict = {}
+    if max_wait is not None:
+        positive(max_wait, "max_wait", cli=True)
+        opts["max_wait_s"] = max_wait
+    if max_hold is not None:
+        positive(max_hold, "max_hold", cli=True)
+        opts["max_hold_s"] = max_hold
+    if tenant_weights is not None:
+        if name != "fair":
+            raise AgentrtError("--tenant-weights applies to --scheduler fair only")
+        opts["weights"] = tenant_weights
+    make_scheduler(name, **opts)
+    return opts
+
+
+def input_file(path: str | os.PathLike, what: str) -> Path:
+    """A file to read: it exists and is no directory."""
+    p = Path(path)
+    if p.is_dir():
+        raise AgentrtError(f"{what} {p}: is a directory, not a file")
+    if not p.exists():
+        raise AgentrtError(f"{what} {p}: no such file")
+    return p
+
+
+def output_file(path: str | os.PathLike, what: str, suffixes: tuple[str, ...] = ()) -> Path:
+    """A file to write (its folders are created): not a directory, under a writable folder, with
+    one of `suffixes` (lower case, with the dot) when given."""
+    p = Path(path)
+    if p.is_dir() or str(path).endswith(("/", os.sep)):
+        raise AgentrtError(f"{what} {p}: is a directory; give a file name")
+    if suffixes and p.suffix.lower() not in suffixes:
+        want = suffixes[0] if len(suffixes) == 1 else f"one of {', '.join(suffixes)}"
+        got = f"not '{p.suffix}'" if p.suffix else "it has none"
+        raise AgentrtError(f"{what} {p}: the file name must end in {want} ({got})")
+    parent = next((d for d in p.absolute().parents if d.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise AgentrtError(f"{what} {p}: {parent} is a file, not a directory")
+    if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
+        raise AgentrtError(f"{what} {p}: cannot write under {parent} (permission denied)")
+    return p

@@ -1,10 +1,18 @@
-"""Show a bench result: a rich table (bounds beside the policies) and an optional PNG plot."""
+"""Show a bench result: a rich table (bounds beside the policies) headed by the run's settings.
+
+On screen hit rates are percentages and times seconds (the JSON and CSV keep fractions,
+bench/output.py). The header states what the numbers depend on: the load (closed-loop
+concurrency or open-loop arrivals), the capacity (GPU and host blocks), the preset and the
+training split. Tables are never cut to the terminal: a narrow terminal (or a pipe) gets lines as
+wide as the table needs (`print_wide`). The figure is in bench/plot.py.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 
 
@@ -15,8 +23,12 @@ def _fmt(v, kind: str) -> str:
         return f"{100 * v:.1f}%"
     if kind == "s":
         return f"{v:.3f}"
+    if kind == "ms":
+        return f"{1000 * v:.1f}"
     if kind == "int":
         return f"{int(v):,}"
+    if kind == "x":
+        return f"{v:.2f}"
     return f"{v:,.0f}"
 
 
@@ -28,67 +40,105 @@ def gap_target(res: dict) -> tuple[str | None, float | None]:
     return None, None
 
 
+def load_text(cfg: dict) -> str:
+    conc = cfg.get("concurrency")
+    scale = cfg.get("time_scale", 1.0) or 1.0
+    stretch = f", times x{scale:g}" if scale != 1.0 else ""
+    if conc:
+        return f"closed loop, {conc:,} workflows at once{stretch}"
+    return f"open loop, the trace's arrival times{stretch}"
+
+
+def capacity_text(cfg: dict) -> str:
+    host = cfg.get("host_blocks") or 0
+    reps = cfg.get("replicas") or 1
+    per = f"{reps} replicas behind the {cfg.get('router')} router, each " if reps > 1 else ""
+    return (f"{per}{cfg['gpu_blocks']:,} GPU blocks x {cfg['block_size']} tokens, "
+            + (f"{host:,} host blocks" if host else "no host tier"))
+
+
+def split_text(cfg: dict) -> str:
+    train = cfg.get("train")
+    if not train:
+        return "none (no policy learns offline)"
+    if cfg.get("train_path"):
+        text = f"offline learners train on {cfg['train_path']}"
+        if train.get("workflows"):
+            text += f", the first {train['workflows']:,} workflows of the trace held back"
+    else:
+        text = f"{train['source']} held back, every policy scored on the rest"
+    return text + (f" ({train['note']})" if train.get("note") else "")
+
+
+def run_summary(doc: dict) -> list[str]:
+    """The run in three lines: what was replayed; load, capacity, preset; training split."""
+    cfg = doc["config"]
+    sched = cfg.get("scheduler", "fcfs")
+    return [f"{doc['trace']}: {doc['calls']:,} calls, {doc['workflows']:,} workflows scored",
+            f"load: {load_text(cfg)} | capacity: {capacity_text(cfg)} | preset: {cfg['preset']}",
+            f"training split: {split_text(cfg)}" + (f" | scheduler {sched}" if sched != "fcfs" else "")]
+
+
+# (header, result key, format); TPOT only when the engine recorded it
+COLUMNS = [("hit rate", "hit_rate", "pct"), ("host hit", "host_hit_rate", "pct"),
+           ("prefill tok", "prefill_tokens", "int"), ("TTFT mean s", "ttft_mean_s", "s"),
+           ("TTFT p50 s", "ttft_p50_s", "s"), ("TTFT p90 s", "ttft_p90_s", "s"),
+           ("TTFT p99 s", "ttft_p99_s", "s"), ("TPOT mean ms", "tpot_mean_s", "ms"),
+           ("TPOT p99 ms", "tpot_p99_s", "ms"), ("E2E mean s", "e2e_mean_s", "s"),
+           ("E2E p99 s", "e2e_p99_s", "s"), ("tok/s", "throughput_tok_s", "n"),
+           ("imbalance", "imbalance", "x")]
+
+
+# shown only when some result has them: TPOT (when recorded), imbalance (multi-replica runs)
+OPTIONAL = {"tpot_mean_s", "tpot_p99_s", "imbalance"}
+
+
 def result_table(doc: dict) -> Table:
     res = doc["results"]
     lru = res.get("lru", doc.get("lru_reference") or {}).get("hit_rate")
     target, bel = gap_target(res)
-    cfg = doc["config"]
-    t = Table(title=f"{doc['trace']}: {doc['calls']:,} calls, {doc['workflows']:,} workflows, "
-                    f"{cfg['gpu_blocks']:,} GPU blocks x {cfg['block_size']} tokens"
-                    + (f", {cfg['host_blocks']:,} host blocks" if cfg.get("host_blocks") else "")
-                    + f", {cfg['preset']}"
-                    + (f", scheduler {cfg['scheduler']}" if cfg.get("scheduler", "fcfs") != "fcfs" else ""))
-    cols = [("policy", "left"), ("hit rate", "right"), ("host hit", "right"),
-            ("prefill tok", "right"), ("TTFT mean s", "right"), ("TTFT p99 s", "right"),
-            ("E2E mean s", "right"), ("E2E p99 s", "right"), ("tok/s", "right")]
-    if lru is not None and bel is not None and bel > lru:
-        cols.append((f"gap closed (vs {target})", "right"))
-    for name, justify in cols:
-        t.add_column(name, justify=justify)
+    t = Table(title="\n".join(run_summary(doc)), title_justify="left")
+    cols = [c for c in COLUMNS if c[1] not in OPTIONAL
+            or any(r.get(c[1]) is not None for r in res.values())]
+    gap = lru is not None and bel is not None and bel > lru
+    t.add_column("policy", no_wrap=True)
+    for head, _, _ in cols:
+        t.add_column(head, justify="right", no_wrap=True)
+    if gap:
+        t.add_column(f"gap closed (vs {target})", justify="right", no_wrap=True)
     for name, r in res.items():
         label = " (offline bound)" if r.get("offline") else " (bound)" if r.get("bound") else ""
-        row = [name + label, _fmt(r["hit_rate"], "pct"),
-               _fmt(r["host_hit_rate"], "pct"), _fmt(r["prefill_tokens"], "int"),
-               _fmt(r["ttft_mean_s"], "s"), _fmt(r["ttft_p99_s"], "s"), _fmt(r["e2e_mean_s"], "s"),
-               _fmt(r["e2e_p99_s"], "s"), _fmt(r["throughput_tok_s"], "n")]
-        if len(cols) > 9:
+        row = [name + label] + [_fmt(r.get(key), kind) for _, key, kind in cols]
+        if gap:
             row.append("-" if r.get("bound") else f"{100 * (r['hit_rate'] - lru) / (bel - lru):.0f}%")
         t.add_row(*row)
     return t
 
 
+def print_wide(console: Console, renderable: RenderableType) -> None:
+    """Print without cutting: when the console is narrower than the renderable's natural width,
+    print it that wide (a terminal then wraps the lines, digits intact)."""
+    need = Measurement.get(console, console.options.update_width(10_000), renderable).maximum
+    old = console.width
+    if need <= old:
+        console.print(renderable)
+        return
+    console.width = need
+    try:
+        console.print(renderable)
+    finally:
+        console.width = old
+
+
 def print_result(doc: dict, console: Console | None = None) -> None:
     console = console or Console()
-    console.print(result_table(doc))
+    print_wide(console, result_table(doc))
     if "belady" in doc["results"]:
         console.print("belady is offline: it ignores the GPU memory running requests hold, so no "
                       "engine can reach it; oracle is clairvoyant under the simulator's own accounting.")
 
 
 def plot_result(doc: dict, path: str | Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    res = doc["results"]
-    names = list(res)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    colors = ["#999999" if res[n].get("bound") else "#3b6ea8" for n in names]
-    axes[0].bar(names, [100 * res[n]["hit_rate"] for n in names], color=colors)
-    axes[0].set_ylabel("GPU token hit rate (%)")
-    axes[0].set_title("Hit rate (grey: bounds)")
-    if "oracle" in res:
-        axes[0].axhline(100 * res["oracle"]["hit_rate"], color="#555555", linestyle="--", linewidth=1,
-                        label="oracle (reachable bound)")
-        axes[0].legend(loc="lower right", fontsize=8)
-    timed = [n for n in names if res[n]["ttft_mean_s"] is not None]
-    axes[1].bar(timed, [res[n]["ttft_mean_s"] for n in timed], color="#c8553d")
-    axes[1].set_ylabel("mean TTFT (s)")
-    axes[1].set_title("Time to first token")
-    for ax in axes:
-        ax.tick_params(axis="x", rotation=30)
-    fig.suptitle(doc["trace"], fontsize=9)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    """Write the bench figure (bench/plot.py) to `path`."""
+    from agentrt.bench.plot import plot_result as _plot
+    _plot(doc, path)

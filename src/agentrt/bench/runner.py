@@ -11,17 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import PurePath
 
+from agentrt import defaults
+from agentrt.bench.output import SCHEMA_VERSION
 from agentrt.bench.source import TraceSource
 from agentrt.bounds.offline import belady_bound, infinite_bound
 from agentrt.engine.presets import get_preset
 from agentrt.engine.simulator import EngineConfig, Simulator
+from agentrt.errors import AgentrtError
 from agentrt.policies.registry import BOUNDS, SIM_BOUNDS, check_names, make_policy
 
 
 @dataclass(slots=True)
 class BenchOptions:
-    preset: str = "llama3.1-8b-h100"
+    """How every policy of one bench run replays the trace. `validate` is the one check of these
+    values (the CLI, `agentrt.simulate` and `run_bench` all call it) before any replay."""
+    preset: str = defaults.PRESET
     gpu_blocks: int | None = None
     host_blocks: int = 0
     concurrency: int | None = None     # override the trace's closed-loop concurrency
@@ -32,8 +38,42 @@ class BenchOptions:
     train_fraction: float | None = None   # hold back this share of workflows for offline training
     train_path: str | None = None         # or train on this separate trace
     policy_options: dict = field(default_factory=dict)   # {policy: {option: value}}
-    scheduler: str = "fcfs"               # admission order (agentrt.sched)
+    scheduler: str = defaults.SCHEDULER   # admission order (agentrt.sched)
     scheduler_options: dict = field(default_factory=dict)
+
+    def validate(self, policies: list[str], cli: bool = False) -> None:
+        """Raise `AgentrtError` on the first bad value, naming it as the user wrote it (`cli`:
+        `--gpu-blocks`, else `gpu_blocks`). Builds each policy once with its options (cheap, no
+        training) so that a bad option value fails here, not in the middle of the run."""
+        from agentrt.options import check_policy_options, flag, input_file, positive
+        if not policies:
+            raise AgentrtError(f"{flag('policies', cli)} is empty" if cli else "no policies given")
+        check_names(policies)
+        get_preset(self.preset)
+        positive(self.gpu_blocks, "gpu_blocks", cli)
+        positive(self.host_blocks, "host_blocks", cli, allow_zero=True)
+        positive(self.concurrency, "concurrency", cli)
+        positive(self.time_scale, "time_scale", cli)
+        positive(self.max_batch_tokens, "max_batch_tokens", cli)
+        positive(self.max_running, "max_running", cli)
+        if self.train_fraction is not None and not 0.0 <= self.train_fraction < 1.0:
+            raise AgentrtError(f"{flag('train_fraction', cli)} must be in [0, 1), got {self.train_fraction}")
+        if self.train_path is not None:
+            from agentrt.trace.reader import TraceReader
+            TraceReader(input_file(self.train_path, flag("train", cli)))   # header checked here
+        check_policy_options(self.policy_options, policies, cli)
+        for name in policies:
+            if name in BOUNDS:
+                continue
+            opts = dict(self.policy_options.get(name, {}))
+            path = opts.pop("predictor", None)
+            if isinstance(path, (str, PurePath)):
+                input_file(path, "--predictor" if cli else f"policy_options['{name}']['predictor']")
+            try:
+                make_policy(name, seed=self.seed, **opts)
+            except ValueError as e:
+                raise AgentrtError(f"bad option for policy '{name}': {e}") from None
+        make_bench_scheduler(self)
 
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -94,8 +134,6 @@ def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream
 def plan_split(source: TraceSource, policies: list[str], opts: BenchOptions) -> dict | None:
     """Hold back training workflows when a requested policy learns offline (see docs/results.md),
     and every workflow a given saved predictor was trained on (bench.source.predictor_holdback)."""
-    from pathlib import PurePath
-
     from agentrt.bench.source import predictor_holdback, warn_no_identity
     from agentrt.policies.registry import policy_class
     classes = {p: policy_class(p) for p in policies}
@@ -106,7 +144,7 @@ def plan_split(source: TraceSource, policies: list[str], opts: BenchOptions) -> 
                               if c is not None and (c.needs_tags or c.wants_events or c.needs_training)])
     frac = opts.train_fraction
     if frac is None:
-        frac = 0.25 if needs and not opts.train_path else 0.0
+        frac = defaults.TRAIN_FRACTION if needs and not opts.train_path else 0.0
     k = 0 if opts.train_path else source.split_size(frac)
     paths = [str(o["predictor"]) for p, o in opts.policy_options.items()
              if p in classes and isinstance(o.get("predictor"), (str, PurePath))]
@@ -148,17 +186,18 @@ def run_oracle(source: TraceSource, opts: BenchOptions, order: list[tuple[str, i
 
 
 def _offline_row(b) -> dict:
+    """An offline bound's result: hit rates and prefill tokens; no engine, so no timings."""
+    untimed = ("ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s", "tpot_p50_s",
+               "tpot_p90_s", "tpot_p99_s", "e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s",
+               "throughput_tok_s")
     return {"hit_rate": b.hit_rate, "host_hit_rate": 0.0,
             "prefill_tokens": b.prompt_tokens - b.hit_tokens,
-            "ttft_mean_s": None, "ttft_p99_s": None, "e2e_mean_s": None, "e2e_p99_s": None,
-            "throughput_tok_s": None, "bound": True, "offline": True}
+            **dict.fromkeys(untimed), "bound": True, "offline": True}
 
 
 def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
               progress: ProgressFactory | None = None) -> dict:
-    check_names(policies)
-    make_bench_scheduler(opts)      # a bad scheduler name or option fails before any replay
-    get_preset(opts.preset)
+    opts.validate(policies)         # a bad name or value fails before any replay
     split = plan_split(source, policies, opts)
     bs = source.header.block_size
     cfg = engine_config(opts, bs)
@@ -201,6 +240,6 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
                   concurrency=opts.concurrency if opts.concurrency is not None else source.header.concurrency,
                   bounds_stream="lru" if want_bounds else None, oracle_passes=oracle_passes,
                   train=split)
-    return {"trace": source.label, "calls": first.calls, "workflows": first.workflows,
+    return {"schema_version": SCHEMA_VERSION, "trace": source.label, "calls": first.calls, "workflows": first.workflows,
             "config": config, "results": ordered,
             "lru_reference": lru_metrics.summary() if hidden_lru and lru_metrics else None}

@@ -47,6 +47,7 @@ class RequestLifecycle:
                 self._observe(ev.PromptCached(now, r.info, r.lease.node, inserted))
         if not r.ttft_done:
             r.ttft_done = True
+            r.first_token_at = now
             if not r.info.warmup:
                 self.metrics.ttft.append(now - r.arrival)
                 self.metrics.tenant(r.info.tenant).ttft.append(now - r.arrival)
@@ -82,6 +83,7 @@ class RequestLifecycle:
             return
         m.calls += 1
         m.output_tokens += info.output_length
+        m.record_tpot(r.first_token_at, now, info.output_length)
         if now > m.last_finish:
             m.last_finish = now
         tool_call, ended = self.replay.finish(r.call, now)

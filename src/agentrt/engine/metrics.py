@@ -8,6 +8,10 @@ arrival to the last finish.
 Prompt tokens, hits and prefill tokens are counted at a user call's first admission only; a
 call preempted and admitted again adds to `preemptions` and to `recompute_tokens` (tokens it had
 in its KV that its new prefill computes again), never to the hit rate or a second TTFT.
+Latencies are in seconds: TTFT per user call (arrival to first token), E2E per workflow (first
+arrival to last finish), TPOT per user call of more than one output token ((finish - first
+token) / (output tokens - 1)), where the engine records it (`record_tpot`); the TPOT fields are
+None when it recorded none.
 """
 
 from __future__ import annotations
@@ -31,6 +35,14 @@ def _p90(xs: list[float]) -> float:
 
 def _p99(xs: list[float]) -> float:
     return float(np.percentile(xs, 99)) if xs else 0.0
+
+
+def _stats_or_none(xs: list[float], prefix: str) -> dict:
+    """{prefix_mean_s, _p50_s, _p90_s, _p99_s}: None each when there is no sample."""
+    if not xs:
+        return dict.fromkeys(f"{prefix}_{k}_s" for k in ("mean", "p50", "p90", "p99"))
+    return {f"{prefix}_mean_s": _mean(xs), f"{prefix}_p50_s": _p50(xs),
+            f"{prefix}_p90_s": _p90(xs), f"{prefix}_p99_s": _p99(xs)}
 
 
 @dataclass(slots=True)
@@ -74,6 +86,7 @@ class Metrics:
     wall_seconds: float = 0.0
     ttft: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
+    tpot: list[float] = field(default_factory=list)   # per user call of > 1 output token
     queue_wait: list[float] = field(default_factory=list)   # arrival to first admission, per user call
     tenants: dict = field(default_factory=dict)   # tenant -> TenantStats
 
@@ -82,6 +95,11 @@ class Metrics:
         if t is None:
             t = self.tenants[name] = TenantStats()
         return t
+
+    def record_tpot(self, first_token: float, finish: float, output_tokens: int) -> None:
+        """A user call's time per output token after the first (none for a one-token call)."""
+        if output_tokens > 1:
+            self.tpot.append((finish - first_token) / (output_tokens - 1))
 
     def summary(self) -> dict:
         pt = self.prompt_tokens or 1
@@ -95,8 +113,10 @@ class Metrics:
             "ttft_p50_s": _p50(self.ttft),
             "ttft_p90_s": _p90(self.ttft),
             "ttft_p99_s": _p99(self.ttft),
+            **_stats_or_none(self.tpot, "tpot"),
             "e2e_mean_s": _mean(self.e2e),
             "e2e_p50_s": _p50(self.e2e),
+            "e2e_p90_s": _p90(self.e2e),
             "e2e_p99_s": _p99(self.e2e),
             "wait_p99_s": _p99(self.queue_wait),
             "wait_max_s": max(self.queue_wait, default=0.0),

@@ -26,7 +26,9 @@ Model (vLLM V1 / SGLang style)
 Arrival, admission, prefill completion and finish are in `lifecycle.py`, runtime actions in
 `actions.py`, block growth and preemption in `preemption.py`.
 The replay (`replay.py`) decides when calls arrive; the policy decides eviction order and may
-issue actions (`act`) between iterations.
+issue actions (`act`) between iterations. `run` loops over `step` (one iteration, or a report that
+the replica is idle or parked until a known time); a cluster (`agentrt.cluster`) steps several
+simulators in time order instead, feeding each the calls its router sends (`arrivals`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from agentrt.runtime.runtime import AgentRuntime
 from agentrt.sched.base import Scheduler
 from agentrt.sched.kvshare import TenantShares
 from agentrt.trace.schema import Call
+
+RAN, IDLE, PARKED, BLOCKED = range(4)     # what one `Simulator.step` did
 
 
 @dataclass(slots=True)
@@ -82,7 +86,9 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
                  concurrency: int | None = None, record_stream: bool = False,
                  time_scale: float = 1.0,
                  progress: Callable[[int], None] | None = None,
-                 scheduler: Scheduler | None = None) -> None:
+                 scheduler: Scheduler | None = None, arrivals: WorkflowReplay | None = None) -> None:
+        """`arrivals` replaces the replay of `calls` (then ignored) with another source of the same
+        interface (`pop_arrivals`, `next_arrival`, `finish`, `late_arrivals`): a cluster's feed."""
         self.config = config
         self.sched = scheduler if scheduler is not None else Scheduler()
         if getattr(self.sched, "kv_shares", False) and not isinstance(policy, AgentRuntime):
@@ -97,7 +103,7 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
         self._reorders = self.sched.reorders
         self._view = CacheQueueView(self.cache, self) if self._reorders else None
         self._shapes = self.sched.shapes_batch
-        self.replay = WorkflowReplay(calls, concurrency, time_scale)
+        self.replay = arrivals if arrivals is not None else WorkflowReplay(calls, concurrency, time_scale)
         self.metrics = Metrics()
         self.stream: list | None = [] if record_stream else None
         # (workflow, call index) of user calls in admission order: the oracle's reference order
@@ -117,6 +123,11 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
         self._inflight: dict = {}        # prefetched block -> time its PCIe transfer is done
         self._last_decode_only = False   # the latest iteration (or fast-forward stretch) had no prefill
         self._last_iter_s = 0.0
+        self._park_until = 0.0
+        self.busy_s = 0.0                # simulated seconds spent in iterations
+        # a time before which no outside event can reach this replica (None: only its arrivals);
+        # a cluster sets it so that a decode stretch stops where another replica may route a call
+        self.horizon: float | None = None
         if self.runtime.wants_events:
             self.cache.on_evict = self._on_evict
 
@@ -135,110 +146,128 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
     # ------------------------------------------------------------------ main loop
     def run(self) -> Metrics:
         t0 = time.perf_counter()
-        cost = self.cost
-        budget_max = self.config.max_batch_tokens
-        bs = self.config.block_size
         replay = self.replay
+        step = self.step
         while True:
-            for t, c in replay.pop_arrivals(self.now):
-                self._arrive(t, c)
-            if not self.running and not self.waiting:
+            st = step()
+            if st == IDLE:
                 t = replay.next_arrival()
                 if t is None:
                     break
                 self.now = max(self.now, t)
-                continue
-            if self._wake_at is not None and self.now >= self._wake_at:
-                self._wake_at = None
-                self._admit_blocked = False
-            if self._acts:
-                self._act()
-            now = self.now
-            decode = []
-            ctx = 0
-            loading_until = None
-            needy = None
-            for r in self.running:
-                st = r.state
-                if st == DECODE:
-                    if not r.context % bs and r.lease is not None:   # its next token opens a block
-                        if needy is None:
-                            needy = [(r.lease, 1)]
-                        else:
-                            needy.append((r.lease, 1))
-                    decode.append(r)
-                    ctx += r.context
-                elif st == LOADING:
-                    if r.ready_at <= now:
-                        r.state = PREFILL
-                    elif loading_until is None or r.ready_at < loading_until:
-                        loading_until = r.ready_at
-            if needy is not None and not self.cache.grow_all(needy, len(needy)):
-                self._take_blocks(decode)
-                decode = [r for r in decode if r.state == DECODE]
-                ctx = sum(r.context for r in decode)
-            preempted = self._preempted
-            if preempted:
-                self._preempted = False
-                self.running = [r for r in self.running if r.state != WAITING]
-            elif self.waiting and not self._admit_blocked:
-                n0 = len(self.running)
-                self._admit()
-                for r in self.running[n0:]:
-                    if r.state == LOADING and (loading_until is None or r.ready_at < loading_until):
-                        loading_until = r.ready_at
-            tokens = len(decode)
-            pairs = float(ctx)
-            kv = float(ctx)
-            budget = budget_max - tokens
-            chunks = []
-            if budget > 0:
-                for r in (self._prefill_order() if self._shapes else self.running):
-                    if r.state == PREFILL:
-                        n = r.prefill_left if r.prefill_left < budget else budget
-                        chunks.append((r, n))
-                        tokens += n
-                        pairs += n * (r.context + (n + 1) / 2.0)
-                        kv += r.context + n
-                        budget -= n
-                        if budget <= 0:
-                            break
-            if tokens == 0:
-                if preempted:
-                    continue         # admit in the next iteration
-                nxt = replay.next_arrival()
-                cands = [t for t in (nxt, loading_until, self._wake_at) if t is not None]
-                if not cands:
-                    raise RuntimeError("simulator stalled: requests wait but nothing can run")
-                self.now = max(now, min(cands))
-                continue
-            if not chunks and len(decode) > 0:
-                k = min(r.output_left for r in decode)
-                if k > 1 and self._fast_forward(decode, ctx, k - 1, loading_until):
-                    continue
-            dur = cost.iteration(tokens, pairs, kv)
-            self.now = now + dur
-            self._last_decode_only = not chunks
-            self._last_iter_s = dur
-            for r, n in chunks:
-                r.prefill_left -= n
-                r.context += n
-                if r.prefill_left == 0:
-                    self._prefill_done(r)
-            for r in decode:
-                r.output_left -= 1
-                r.context += 1
-                if r.output_left == 0:
-                    self._finish(r)
-            if self.running and any(r.state == DONE for r in self.running):
-                self.running = [r for r in self.running if r.state != DONE]
+            elif st == PARKED:
+                self.now = max(self.now, self._park_until)
+            elif st == BLOCKED:
+                raise RuntimeError("simulator stalled: requests wait but nothing can run")
+        return self.finalize(time.perf_counter() - t0)
+
+    def finalize(self, wall_seconds: float) -> Metrics:
+        """Copy the cache's and the replay's counters into the metrics, after the last step."""
         m = self.metrics
-        m.wall_seconds = time.perf_counter() - t0
+        m.wall_seconds = wall_seconds
         m.evictions = self.cache.evictions
         m.h2d_bytes = self.cache.h2d_bytes
         m.d2h_bytes = self.cache.d2h_bytes
-        m.late_arrivals = replay.late_arrivals
+        m.late_arrivals = self.replay.late_arrivals
         return m
+
+    def step(self) -> int:
+        """Take the calls that arrived by `now`, then run one iteration (or a fast-forwarded
+        decode stretch) and return RAN; or return IDLE (nothing running or waiting), PARKED
+        (nothing can run before `_park_until`: an arrival, a host load, a held call's bound) or
+        BLOCKED (requests wait and nothing known will let them run). `run` loops over it; a
+        cluster (`agentrt.cluster`) steps its replicas in time order and feeds their arrivals."""
+        for t, c in self.replay.pop_arrivals(self.now):
+            self._arrive(t, c)
+        if not self.running and not self.waiting:
+            return IDLE
+        if self._wake_at is not None and self.now >= self._wake_at:
+            self._wake_at = None
+            self._admit_blocked = False
+        if self._acts:
+            self._act()
+        bs = self.config.block_size
+        now = self.now
+        decode = []
+        ctx = 0
+        loading_until = None
+        needy = None
+        for r in self.running:
+            st = r.state
+            if st == DECODE:
+                if not r.context % bs and r.lease is not None:   # its next token opens a block
+                    if needy is None:
+                        needy = [(r.lease, 1)]
+                    else:
+                        needy.append((r.lease, 1))
+                decode.append(r)
+                ctx += r.context
+            elif st == LOADING:
+                if r.ready_at <= now:
+                    r.state = PREFILL
+                elif loading_until is None or r.ready_at < loading_until:
+                    loading_until = r.ready_at
+        if needy is not None and not self.cache.grow_all(needy, len(needy)):
+            self._take_blocks(decode)
+            decode = [r for r in decode if r.state == DECODE]
+            ctx = sum(r.context for r in decode)
+        preempted = self._preempted
+        if preempted:
+            self._preempted = False
+            self.running = [r for r in self.running if r.state != WAITING]
+        elif self.waiting and not self._admit_blocked:
+            n0 = len(self.running)
+            self._admit()
+            for r in self.running[n0:]:
+                if r.state == LOADING and (loading_until is None or r.ready_at < loading_until):
+                    loading_until = r.ready_at
+        tokens = len(decode)
+        pairs = float(ctx)
+        kv = float(ctx)
+        budget = self.config.max_batch_tokens - tokens
+        chunks = []
+        if budget > 0:
+            for r in (self._prefill_order() if self._shapes else self.running):
+                if r.state == PREFILL:
+                    n = r.prefill_left if r.prefill_left < budget else budget
+                    chunks.append((r, n))
+                    tokens += n
+                    pairs += n * (r.context + (n + 1) / 2.0)
+                    kv += r.context + n
+                    budget -= n
+                    if budget <= 0:
+                        break
+        if tokens == 0:
+            if preempted:
+                return RAN           # admit in the next iteration
+            nxt = self.replay.next_arrival()
+            cands = [t for t in (nxt, loading_until, self._wake_at) if t is not None]
+            if not cands:
+                return BLOCKED
+            self._park_until = min(cands)
+            return PARKED
+        if not chunks and len(decode) > 0:
+            k = min(r.output_left for r in decode)
+            if k > 1 and self._fast_forward(decode, ctx, k - 1, loading_until):
+                return RAN
+        dur = self.cost.iteration(tokens, pairs, kv)
+        self.now = now + dur
+        self.busy_s += dur
+        self._last_decode_only = not chunks
+        self._last_iter_s = dur
+        for r, n in chunks:
+            r.prefill_left -= n
+            r.context += n
+            if r.prefill_left == 0:
+                self._prefill_done(r)
+        for r in decode:
+            r.output_left -= 1
+            r.context += 1
+            if r.output_left == 0:
+                self._finish(r)
+        if self.running and any(r.state == DONE for r in self.running):
+            self.running = [r for r in self.running if r.state != DONE]
+        return RAN
 
     def _prefill_order(self) -> list[Request]:
         """Admitted requests in the order the scheduler gives them prefill tokens."""
@@ -254,6 +283,8 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
         """Run up to `steps_max` decode-only iterations that change no request's state, taking the
         blocks they cross into at the start; stop before a step that would have to preempt."""
         limit = self.replay.next_arrival()
+        if self.horizon is not None and (limit is None or self.horizon < limit):
+            limit = self.horizon
         if loading_until is not None and (limit is None or loading_until < limit):
             limit = loading_until
         if limit is None:
@@ -291,5 +322,6 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
             steps_max = self._ff_fit(decode, steps)
         self._last_decode_only = True
         self._last_iter_s = t - self.now
+        self.busy_s += t - self.now
         self.now = t
         return True

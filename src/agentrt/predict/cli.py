@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentrt.errors import AgentrtError
+from agentrt.options import input_file, output_file
 
 
 def _console() -> Console:
@@ -78,6 +79,16 @@ def train(
         raise AgentrtError(f"--epochs must be >= 1, got {epochs}")
     if workflows < 1:
         raise AgentrtError(f"--workflows must be >= 1, got {workflows}")
+    if not 0.0 <= train_fraction < 1.0:
+        raise AgentrtError(f"--train-fraction must be in [0, 1), got {train_fraction}")
+    if trace is not None:
+        input_file(trace, "--trace")
+    else:
+        from agentrt.workloads.registry import get_workload
+        get_workload(workload)
+    output_file(out, "-o")
+    if json_path is not None:
+        output_file(json_path, "--json", (".json",))
     # the same file a bench generates for --workload (concurrency only changes its header)
     source = file_source(trace) if trace is not None else workload_source(
         workload, GenConfig(workflows=workflows, seed=seed))

@@ -12,7 +12,9 @@ needs, once:
   in all; a new workflow over a cap first ends the tenant's (resp. the runtime's) oldest idle
   workflow (no call in flight; least recently active first). The policy sees a `WorkflowEnded`
   (reason "cap") for it; `forced_ends` counts them. A workflow with a call in flight is never
-  ended, so the cap can be exceeded by calls in flight only (the engine bounds those);
+  ended, so the cap can be exceeded by calls in flight only (the engine bounds those). Engines
+  that export ends per tenant set `on_end(workflow, reason)`: called once for every workflow the
+  runtime held when it ends, whatever ended it ("end", "cap", "silent"), after it is dropped;
 - agent profiles: each agent's anchor blocks (confirmed by two or more workflows) and mean think
   time after its calls; at most `max_agents`, least recently seen dropped first;
 - block tags (only for policies with `needs_tags`): which threads used each cached block, written
@@ -89,6 +91,7 @@ class AgentRuntime:
         self.errors = 0
         self.forced_ends = 0         # workflows ended by the caps (reason "cap")
         self.silent_ends = 0         # workflows ended by the silence sweep (reason "silent")
+        self.on_end: Callable[[WorkflowState, str], None] | None = None
         self.profiles_dropped = 0    # agent profiles dropped past `max_agents`
         policy.bind(self)
 
@@ -151,6 +154,8 @@ class AgentRuntime:
             finally:
                 if wf is not None:
                     self._drop(wf)
+                    if self.on_end is not None:
+                        self.on_end(wf, e.reason)
             self._tick(e.now)
             return
         self.policy.observe(e)
@@ -187,6 +192,8 @@ class AgentRuntime:
             self.policy.observe(ev.WorkflowEnded(now, wf.id, wf.tenant, reason))
         finally:
             self._drop(wf)
+            if self.on_end is not None:
+                self.on_end(wf, reason)
 
     def _drop(self, wf: WorkflowState) -> None:
         if self.workflows.get(wf.id) is wf:

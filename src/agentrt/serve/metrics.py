@@ -5,9 +5,14 @@ Token counts come from the upstream's responses: `usage.prompt_tokens` and
 response carries usage only when the client asked for it (`stream_options.include_usage`); the
 server does not change the stream to get it, so such calls count in `agentrt_requests_total` and
 `agentrt_requests_without_usage_total` but not in the token counters. Hit rates are cached over
-prompt tokens of user calls, warm-ups excluded. Agent label values are capped (`max_agents`, then
-"other") so a framework that invents an id per call cannot blow up the series count. Each server
-owns its registry, so several can live in one process (tests).
+prompt tokens of user calls, warm-ups excluded. Agent and tenant label values are capped
+(`max_agents`, `max_tenants`, then "other") so a framework that invents an id per call, or
+(without `--auth`) a client that sends a new `X-Tenant-Id` each time, cannot blow up the series
+count; under `--auth` tenants are the keys file's. Workflow ends (`agentrt_workflows_ended_total`)
+are counted by reason: "client" (`X-Workflow-End` or the end route), "call" (a call that named
+no workflow was one), "cap" (ended idle to stay within the runtime's caps on open workflows) and
+"silent" (the silence sweep). Each server owns its registry, so several can live in one process
+(tests).
 """
 
 from __future__ import annotations
@@ -15,14 +20,34 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-__all__ = ["ServeMetrics", "CONTENT_TYPE_LATEST"]
+__all__ = ["ServeMetrics", "CONTENT_TYPE_LATEST", "END_REASONS", "LabelCap"]
+END_REASONS = ("client", "call", "cap", "silent")
+
+
+class LabelCap:
+    """At most `limit` distinct values of one label; values first seen past it read "other"."""
+
+    __slots__ = ("limit", "seen")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.seen: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if value in self.seen:
+            return value
+        if len(self.seen) < self.limit:
+            self.seen.add(value)
+            return value
+        return "other"
 
 
 class ServeMetrics:
-    def __init__(self, policy: str, max_agents: int = 256) -> None:
+    def __init__(self, policy: str, max_agents: int = 256, max_tenants: int = 256) -> None:
         self.policy = policy
         self.max_agents = max_agents
-        self._agents: set[str] = set()
+        self._agents = LabelCap(max_agents)
+        self.tenant_label = LabelCap(max_tenants)
         self._tokens: dict[str, list[int]] = {}      # agent label -> [prompt, cached]
         self._total = [0, 0]
         r = self.registry = CollectorRegistry()
@@ -51,6 +76,19 @@ class ServeMetrics:
                                       "policy (the request went on)", ["policy", "where"], registry=r)
         self.upstream_errors = Counter("agentrt_upstream_errors", "Upstream answers with status >= 400 "
                                        "or no answer (status 'unreachable')", ["policy", "status"], registry=r)
+        pt = ["policy", "tenant"]
+        self.tenant_prompt_tokens = Counter("agentrt_tenant_prompt_tokens", "Prompt tokens of a "
+                                            "tenant's user calls", pt, registry=r)
+        self.tenant_cached_tokens = Counter("agentrt_tenant_cached_tokens", "Prompt tokens of a "
+                                            "tenant's user calls served from the engine's prefix "
+                                            "cache", pt, registry=r)
+        self.workflows_ended = Counter("agentrt_workflows_ended", "Workflows ended, by reason: "
+                                       "client (X-Workflow-End or the end route), call (a call "
+                                       "that named no workflow), cap (ended idle to stay within "
+                                       "the open-workflow caps), silent (the silence sweep)",
+                                       ["policy", "tenant", "reason"], registry=r)
+        self.workflows_open = Gauge("agentrt_workflows_open", "Workflows the runtime holds open",
+                                    ["policy"], registry=r)
         self.in_flight = Gauge("agentrt_requests_in_flight", "User calls in flight", ["policy"], registry=r)
         self.latency = Histogram("agentrt_request_seconds", "Time from request to the end of the "
                                  "response", ["policy", "endpoint"], registry=r,
@@ -59,18 +97,17 @@ class ServeMetrics:
         self.in_flight_now = self.in_flight.labels(policy)
         self.in_flight_now.set(0)
         self._children: dict = {}        # (agent label, endpoint, status) -> labelled series
+        self._tenant_children: dict = {}  # tenant label -> (prompt, cached) series
 
     def agent_label(self, agent: str | None) -> str:
-        a = agent or "unknown"
-        if a in self._agents:
-            return a
-        if len(self._agents) < self.max_agents:
-            self._agents.add(a)
-            return a
-        return "other"
+        return self._agents(agent or "unknown")
+
+    def workflow_ended(self, tenant: str, reason: str) -> None:
+        r = reason if reason in END_REASONS else "other"
+        self.workflows_ended.labels(self.policy, self.tenant_label(tenant), r).inc()
 
     def call(self, agent: str | None, endpoint: str, status: int | str, seconds: float,
-             usage: dict | None) -> None:
+             usage: dict | None, tenant: str = "default") -> None:
         a = self.agent_label(agent)
         p = self.policy
         key = (a, endpoint, status)
@@ -92,6 +129,7 @@ class ServeMetrics:
             return
         ch[3].inc(prompt)
         ch[4].inc(cached)
+        self._tenant_tokens(tenant, prompt, cached)
         t = self._tokens.setdefault(a, [0, 0])
         t[0] += prompt
         t[1] += cached
@@ -101,6 +139,15 @@ class ServeMetrics:
             ch[5].set(t[1] / t[0])
         if self._total[0]:
             ch[6].set(self._total[1] / self._total[0])
+
+    def _tenant_tokens(self, tenant: str, prompt: int, cached: int) -> None:
+        t = self.tenant_label(tenant)
+        ch = self._tenant_children.get(t)
+        if ch is None:                   # bounded by the tenant cap, so never cleared
+            ch = self._tenant_children[t] = (self.tenant_prompt_tokens.labels(self.policy, t),
+                                             self.tenant_cached_tokens.labels(self.policy, t))
+        ch[0].inc(prompt)
+        ch[1].inc(cached)
 
     def warmup(self, agent: str, outcome: str, usage: dict | None) -> None:
         a = self.agent_label(agent)

@@ -2,14 +2,16 @@
 
 Every other route goes to the FastAPI app behind it. Per request, in order:
 1. headers in one pass: `Authorization`, content type, identity headers (each at most once: a
-   repeated `X-Agent-Id`, `X-Workflow-Id`, `X-Workflow-End`, `X-Tenant-Id` or `Authorization` is a
-   400, so identity and upstream can never disagree; values must be UTF-8), and the headers to
-   forward (hop-by-hop, identity and, with auth, `Authorization` and `X-Vllm-Priority` dropped);
+   repeated `X-Agent-Id`, `X-Workflow-Id`, `X-Workflow-End`, `X-Tenant-Id`, `X-Session-ID` or
+   `Authorization` is a 400, so identity and upstream can never disagree; values must be UTF-8),
+   and the headers to forward (hop-by-hop, identity and, with auth, `Authorization` and
+   `X-Vllm-Priority` dropped: the body's `session_id`, tenant-scoped, replaces `X-Session-ID`);
 2. the caller (`auth.py`: 401 without a known key, 403 for an admin-only key), the body (at most
    `max_body_bytes`, else 413), validation and identity (`validate.py`, `identity.py`): 4xx in
    OpenAI's error shape, and nothing taken yet;
 3. `bridge.arrive`, then, whatever happens, exactly one `bridge.finish` (no slot can leak);
-4. the forwarded body: identity, the tenant's `cache_salt`, the scheduler's `priority` (with
+4. the forwarded body: identity (`session_id`, kv_hints actions in `kv_transfer_params`,
+   `vllm_xargs`: identity.py), the tenant's `cache_salt`, the scheduler's `priority` (with
    `--auth` a client's `priority` is dropped under fcfs too); sent through the pooled client
    (`upstream.py`) while a watcher aborts the upstream call if the client disconnects;
 5. the answer: status, headers (content encoding included) and bytes as the upstream sent them. A
@@ -35,7 +37,7 @@ log = logging.getLogger("agentrt.serve")
 ROUTES = {"/v1/chat/completions": validate_chat, "/v1/completions": validate_completion}
 HOP = {b"host", b"content-length", b"connection", b"keep-alive", b"te", b"upgrade", b"transfer-encoding",
        b"proxy-authorization", b"proxy-connection", b"trailer", b"expect"}
-IDENTITY = {b"x-agent-id", b"x-workflow-id", b"x-workflow-end", b"x-tenant-id"}
+IDENTITY = {b"x-agent-id", b"x-workflow-id", b"x-workflow-end", b"x-tenant-id", b"x-session-id"}
 RESPONSE_DROP = {b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"date", b"server"}
 PRIORITY = PRIORITY_HEADER.encode()
 

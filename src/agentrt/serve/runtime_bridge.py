@@ -17,6 +17,10 @@ Model
 - Tenancy: the runtime and the scheduler see each workflow under its tenant-scoped key
   (`Identity.key`), agent profiles and templates are keyed by (tenant, agent) and the cache
   estimate by (tenant, block); warm-ups carry their tenant's `cache_salt` (`salts`, set by the app).
+- Workflow ends: the runtime reports each workflow it held as it ends (`AgentRuntime.on_end`),
+  counted in `agentrt_workflows_ended_total` by tenant and reason: "client" (`X-Workflow-End`,
+  the end route), "call" (a call with no workflow identity is a workflow of its own), "cap"
+  (ended idle to make room) or "silent" (the sweep: every 256 events and on a timer).
 - The runtime never makes a request fail: every call into it is guarded, counted in
   `agentrt_runtime_errors_total` and logged once per place; the request goes on without it.
 """
@@ -67,7 +71,8 @@ class RuntimeBridge:
                  max_anchor_blocks: int = 64, kv_capacity_tokens: int = 0,
                  act_interval_s: float = 0.25, clock: Callable[[], float] = time.monotonic,
                  max_templates: int = 4096, max_agent_labels: int = 256,
-                 scheduler: str = "fcfs", scheduler_options: dict | None = None) -> None:
+                 max_tenant_labels: int = 256, scheduler: str = "fcfs",
+                 scheduler_options: dict | None = None) -> None:
         if policy in BOUNDS:
             raise AgentrtError(f"'{policy}' is an offline bound, not a policy a server can run")
         pol = make_policy(policy, **(options or {}))
@@ -76,7 +81,10 @@ class RuntimeBridge:
         self.policy_name = policy
         self.runtime = AgentRuntime(pol, anchor_tokens=block_chars,
                                     max_anchor_tokens=block_chars * max_anchor_blocks)
-        self.metrics = ServeMetrics(policy, max_agent_labels)
+        self.metrics = ServeMetrics(policy, max_agent_labels, max_tenant_labels)
+        self.runtime.on_end = self._ended
+        self._end_reason = "client"
+        self.metrics.workflows_open.labels(policy).set_function(lambda: len(self.runtime.workflows))
         self.cache = CacheEstimate(kv_capacity_tokens)
         self.scheduler = ServeScheduler(scheduler, scheduler_options, self.cache, block_chars)
         self.block_chars = block_chars
@@ -170,8 +178,9 @@ class RuntimeBridge:
         if status == 200:
             self._guard("cache", self._computed, call.ident.tenant, call.blocks, usage)
         if call.ident.end:
-            self.end_workflow(call.ident.key, call.ident.tenant)
-        self.metrics.call(call.agent, call.endpoint, status, now - call.started, usage)
+            self.end_workflow(call.ident.key, call.ident.tenant,
+                              "call" if call.ident.workflow_source == "call" else "client")
+        self.metrics.call(call.agent, call.endpoint, status, now - call.started, usage, call.ident.tenant)
         prompt, cached = usage_tokens(usage)
         self.recent.append({"workflow": call.ident.workflow, "agent": call.agent,
                             "agent_source": call.ident.agent_source, "tenant": call.ident.tenant,
@@ -190,12 +199,19 @@ class RuntimeBridge:
         if blocks is not None:
             self.cache.record(tenant, blocks.hash_ids[:-1])   # the last block may be partial
 
-    def end_workflow(self, workflow: str, tenant: str = "default") -> None:
-        """End a workflow; `workflow` is its tenant-scoped key (`auth.tenant_scoped`)."""
+    def end_workflow(self, workflow: str, tenant: str = "default", reason: str = "client") -> None:
+        """End a workflow; `workflow` is its tenant-scoped key (`auth.tenant_scoped`); `reason`
+        is the metric's, the runtime and policy see a plain end."""
         now = self.clock()
+        self._end_reason = reason                 # read by `_ended` (the guard catches everything)
         self._guard("observe", self.runtime.observe, ev.WorkflowEnded(now, workflow, tenant))
+        self._end_reason = "client"
         if self.scheduler.active:
             self._guard("scheduler", self.scheduler.workflow_ended, workflow, tenant, now)
+
+    def _ended(self, wf, reason: str) -> None:
+        """The runtime's `on_end`: count one workflow end (a plain "end" came by `end_workflow`)."""
+        self.metrics.workflow_ended(wf.tenant, self._end_reason if reason == "end" else reason)
 
     # ------------------------------------------------------------------ actions
     def start(self, post: Post) -> asyncio.Future:
@@ -253,8 +269,7 @@ class RuntimeBridge:
         # a workflow of its own that ends with it; `agentrt_warmup` tells the engine not to learn from it
         ident = Identity(a.agent, f"warmup:{a.agent}", a.tenant, end=True)
         wid = ident.key
-        body = forward_body(body, ident, a.agent, salt=self.salts(a.tenant))
-        body["vllm_xargs"]["agentrt_warmup"] = "true"
+        body = forward_body(body, ident, a.agent, salt=self.salts(a.tenant), warmup=True)
         if self.scheduler.active:
             body["priority"] = WARMUP_PRIORITY
         info = ev.CallInfo(next(self._rid), wid, a.agent, a.tenant, 0, list(a.hash_ids),

@@ -15,8 +15,10 @@ Stricter than vLLM, because the server must stay up and consistent for every ten
   integers beyond 64 bits; all 400s;
 - fields the server owns are refused (400, naming them): `cache_salt` (the server sets the
   tenant's salt; silently replacing a client's would drop an isolation it asked for without
-  telling it), `kv_transfer_params` (instructions to the KV connector), and `agentrt_*` keys in
-  `vllm_xargs` (identity comes from headers or `metadata`; see identity.py).
+  telling it), `kv_transfer_params` (instructions to the KV connector; the server sends its
+  kv_hints envelope there), `kv_hints` (vLLM's hint envelope: a client's could name another
+  tenant's workflow), and `agentrt_*` keys in `vllm_xargs` (identity comes from headers or
+  `metadata`; see identity.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import orjson
 
 JSON_TYPES = ("application/json",)
-SERVER_FIELDS = ("cache_salt", "kv_transfer_params")
+SERVER_FIELDS = ("cache_salt", "kv_transfer_params", "kv_hints")
 
 
 class RequestError(Exception):

@@ -1,13 +1,16 @@
 """`AgentRTConnector`: a vLLM 0.32 KV connector that hosts the agentrt runtime inside the engine.
 
-Load it with (see docs/vllm.md; `agentrt.vllm.config.kv_transfer_arg` builds the value):
-    --kv-transfer-config '{"kv_connector": "AgentRTConnector",
-                           "kv_connector_module_path": "agentrt.vllm.connector",
-                           "kv_role": "kv_both",
+Load it with (see docs/vllm.md; `agentrt.vllm.config.kv_transfer_arg` builds the value; the
+name resolves through agentrt's vLLM plugin, `plugin.py`, or add
+`"kv_connector_module_path": "agentrt.vllm.connector"`):
+    --kv-transfer-config '{"kv_connector": "AgentRTConnector", "kv_role": "kv_both",
                            "kv_connector_extra_config": {"policy": "cachesage"}}'
+Each instance checks the vLLM version first (`plugin.check_vllm_version`): an unsupported vLLM
+fails at start-up, naming the supported range.
 
 vLLM makes one instance per process and role:
-- scheduler (EngineCore process): hosts `HostedRuntime` (`hosted.py`): request arrivals, lookups
+- scheduler (EngineCore process): hosts `HostedRuntime` (`hosted.py`): request arrivals (with
+  their identity from kv_hints, session_id and vllm_xargs: `identity.py`), lookups
   and finishes become runtime events, the pool's free queue is kept in policy order. The policy
   `lru` (the default) leaves vLLM's order alone.
 - worker: with a host tier (`host_blocks` > 0), the host-memory copies of blocks (`worker.py`):
@@ -15,6 +18,10 @@ vLLM makes one instance per process and role:
 Every hook is guarded: an exception is logged once and switches the runtime off (stock vLLM
 from then on); the hook returns what a connector with nothing to load returns. Bad settings
 (unknown policy, bad options) fail the engine at start-up, before any request is taken.
+Metrics (`prom.py`): the scheduler's `get_kv_connector_stats` reports what changed in the hosted
+runtime's stats each step; vLLM carries it to the API server, where the families from
+`build_prom_metrics` export it as `agentrt_connector_*` on vLLM's own /metrics. A failure there
+only stops the metrics.
 This module is imported by every vLLM process, the API server included: agentrt is imported
 lazily, by the scheduler only. vLLM's connector API is internal: pinned to vLLM 0.32.0.
 """
@@ -34,6 +41,10 @@ from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+        KVConnectorPromMetrics,
+        KVConnectorStats,
+    )
     from vllm.forward_context import ForwardContext
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -73,6 +84,9 @@ class AgentRTConnector(KVConnectorBase_V1):
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
                  kv_cache_config: "KVCacheConfig | None" = None) -> None:
+        # loaded by module path the plugin's check is skipped: refuse an unsupported vLLM here too
+        from agentrt.vllm.plugin import check_vllm_version
+        check_vllm_version()
         super().__init__(vllm_config, role, kv_cache_config)
         from agentrt.vllm.config import ConnectorConfig
         from agentrt.vllm.eventlog import EventLog
@@ -82,6 +96,7 @@ class AgentRTConnector(KVConnectorBase_V1):
         scheduler = role == KVConnectorRole.SCHEDULER
         self.elog = EventLog(self.cfg.event_log, "scheduler" if scheduler else "worker")
         self._hosted = None
+        self._reporter = None
         self._buffers = None
         self._failed_loads: set[int] = set()
         if unknown:
@@ -92,6 +107,8 @@ class AgentRTConnector(KVConnectorBase_V1):
             backend = getattr(vllm_config.parallel_config, "distributed_executor_backend", None)
             self._hosted = HostedRuntime(self.cfg, self.block_size, self.elog,
                                          separate_workers=backend == "mp")
+            from agentrt.vllm.prom import StatsReporter
+            self._reporter = StatsReporter()
             log.info("agentrt: policy %s, reorder %s", self.cfg.policy, self._hosted.reorder)
         self.elog.write("init", policy=self.cfg.policy, block_size=self.block_size,
                         reorder=not self.cfg.stock, host_blocks=self.cfg.host_blocks)
@@ -168,6 +185,37 @@ class AgentRTConnector(KVConnectorBase_V1):
     def shutdown(self):
         if self._hosted is not None:
             self.elog.write("shutdown", **self._hosted.stats())
+
+    # ============================================================ metrics
+    def get_kv_connector_stats(self) -> "KVConnectorStats | None":
+        h, rep = self._hosted, self._reporter
+        if h is None or rep is None:
+            return None                      # workers report nothing
+        try:
+            return rep.take(h.stats())
+        except Exception as e:  # noqa: BLE001 - metrics never change what the engine does
+            if not rep.broken:
+                rep.broken = True
+                log.exception("agentrt: connector metrics off (%r)", e)
+                self.elog.write("error", where="get_kv_connector_stats", error=repr(e))
+            return None
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> "KVConnectorStats | None":
+        from agentrt.vllm.prom import AgentRTStats
+        return AgentRTStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: "VllmConfig", metric_types: dict,
+                           labelnames: list[str], per_engine_labelvalues: dict[int, list[object]],
+                           ) -> "KVConnectorPromMetrics | None":
+        try:
+            from agentrt.vllm.prom import AgentRTPromMetrics, policy_of
+            return AgentRTPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues,
+                                      policy_of(vllm_config))
+        except Exception as e:  # noqa: BLE001 - vLLM serves on without the connector's metrics
+            log.exception("agentrt: no connector metrics (%r)", e)
+            return None
 
     # =============================================================== worker side
     def register_kv_caches(self, kv_caches: dict) -> None:

@@ -1,8 +1,9 @@
 """The agentrt runtime hosted in vLLM's scheduler process: vLLM's request lifecycle in, eviction order out.
 
 What it maps (the simulator, `engine/simulator.py`, is the reference for which events go when):
-- a request added to the scheduler -> `CallArrived` (identity from `identity.py`; the call's
-  `hash_ids` are its block hashes as ints);
+- a request added to the scheduler -> `CallArrived` (identity from `identity.py`: kv_hints, then
+  session_id, then vllm_xargs; the call's `hash_ids` are its block hashes as ints; a kv_hints
+  thread and expected tool time go to `CallInfo.extra["thread"]`, `["tool_expected_s"]`);
 - its first prefix lookup -> `CallAdmitted` with the local hit;
 - `request_finished` -> its cached blocks enter the mirror (`mirror.py`) and are touched,
   `CallFinished` with the deepest one (the runtime tags the path with the call's thread), then
@@ -23,6 +24,8 @@ What it maps (the simulator, `engine/simulator.py`, is the reference for which e
 Failure: the first exception from the runtime or the policy is logged once, the runtime is
 switched off (its per-request tables are cleared) and vLLM carries on with its own LRU order.
 Nothing here raises into vLLM.
+`stats()` (cumulative counts and current sizes) is what the event log's "stats" lines and the
+connector's Prometheus metrics (`prom.py`) read.
 Time (`now`) is seconds of `time.monotonic()` since the connector started.
 """
 
@@ -41,6 +44,7 @@ from agentrt.vllm.config import ConnectorConfig
 from agentrt.vllm.eventlog import EventLog
 from agentrt.vllm.hosttier import GROUP0, HostTier, StepPlan
 from agentrt.vllm.identity import Identity, request_identity
+from agentrt.vllm.kvhints import HintCounts
 from agentrt.vllm.mirror import Mirror, hash_int
 from agentrt.vllm.reorder import QueueOrderer
 
@@ -103,7 +107,10 @@ class HostedRuntime:
         self._plans: dict[str, tuple[int, list[bytes]]] = {}   # request -> (first block, host keys)
         self.counts = {"arrived": 0, "finished": 0, "evicted": 0, "demoted": 0, "host_hit_blocks": 0,
                        "warmup_requests": 0, "warmup_actions": 0, "prefetch_actions": 0,
-                       "prefetched_blocks": 0, "workflows_ended": 0}
+                       "prefetched_blocks": 0, "workflows_ended": 0, "workflows_ended_call": 0,
+                       "reset_evicted": 0, "prefetch_ignored": 0}
+        self.hint_counts = HintCounts()
+        self._warned_hints = False
 
     # ------------------------------------------------------------------ plumbing
     def now(self) -> float:
@@ -166,7 +173,9 @@ class HostedRuntime:
 
     # ------------------------------------------------------------------ request lifecycle
     def arrived(self, request) -> None:
-        idt = request_identity(request)
+        idt, hints = request_identity(request, self.hint_counts)
+        if hints.ignored:
+            self._hints_ignored(request.request_id, hints.ignored)
         self._rid += 1
         hashes = [hash_int(h) for h in request.block_hashes]
         wf = self.runtime.workflows.get(idt.workflow)
@@ -176,6 +185,10 @@ class HostedRuntime:
                            index=index, hash_ids=hashes, input_length=request.num_prompt_tokens,
                            output_length=int(request.max_tokens or 0), block_size=self.block_size,
                            warmup=idt.warmup, agent_explicit=idt.agent is not None)
+        if idt.thread is not None:
+            info.extra["thread"] = idt.thread
+        if idt.tool_expected_s is not None:
+            info.extra["tool_expected_s"] = idt.tool_expected_s
         self._reqs[request.request_id] = (info, idt)
         self._waiting.add(request.request_id)
         self.counts["warmup_requests" if idt.warmup else "arrived"] += 1
@@ -183,8 +196,16 @@ class HostedRuntime:
         self.elog.write("arrival", request=request.request_id, session_id=request.session_id,
                         workflow=idt.workflow, agent=info.agent, agent_explicit=info.agent_explicit,
                         tenant=idt.tenant, call=index, end=idt.end, explicit=idt.explicit,
-                        warmup=idt.warmup,
+                        warmup=idt.warmup, source=idt.source, thread=idt.thread,
+                        tool_call=idt.tool_call, hint_actions=hints.actions,
                         prompt_tokens=request.num_prompt_tokens, blocks=len(hashes))
+
+    def _hints_ignored(self, request_id: str, reasons: list[str]) -> None:
+        if not self._warned_hints:
+            self._warned_hints = True
+            log.warning("agentrt: kv_hints actions ignored on request %s (%s); further ones are "
+                        "only counted (hints_* in the stats)", request_id, "; ".join(reasons))
+        self.elog.write("hints_ignored", request=request_id, reasons=reasons)
 
     def lookup(self, request, local_tokens: int) -> int:
         """The scheduler looks up a waiting request's prefix; its allocation follows. Returns the
@@ -249,6 +270,8 @@ class HostedRuntime:
         self._observe(ev.CallFinished(now, info, node, idt.tool_call))
         if idt.end and not idt.warmup:
             self.counts["workflows_ended"] += 1
+            if not idt.explicit:             # a request that named no workflow was one
+                self.counts["workflows_ended_call"] += 1
             self._observe(ev.WorkflowEnded(now, info.workflow, info.tenant))
         self.elog.write("finish", request=request.request_id, workflow=info.workflow,
                         agent=info.agent, blocks=len(block_ids), mirrored=len(self.mirror),
@@ -303,6 +326,7 @@ class HostedRuntime:
         if self.host is not None:
             self.host.clear()
         gone = self.mirror.clear()
+        self.counts["reset_evicted"] += len(gone)
         if gone:
             self._observe(ev.BlocksEvicted(self.now(), gone, False))
 
@@ -348,13 +372,15 @@ class HostedRuntime:
                 self.counts["prefetch_actions"] += 1
                 if self.host is not None:
                     self.counts["prefetched_blocks"] += act.prefetch(self, a)
+                else:
+                    self.counts["prefetch_ignored"] += 1
 
     def stats(self) -> dict:
         out = dict(self.counts, mirrored=len(self.mirror), failed=self.failed,
                    policy=self.cfg.policy, reorder=self.reorder, events=self._events,
                    live_workflows=len(self.runtime.workflows),
                    workflows_capped=self.runtime.forced_ends,
-                   workflows_silenced=self.runtime.silent_ends)
+                   workflows_silenced=self.runtime.silent_ends, **self.hint_counts.as_dict())
         if self.orderer is not None:
             st = self.orderer.stats
             out.update(reorders=st.runs, relinks=st.relinks, moved=st.moved, scored=st.scored,

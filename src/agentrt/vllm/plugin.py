@@ -22,6 +22,7 @@ raises for a version: a vLLM that does not use the connector starts as usual, wi
 
 from __future__ import annotations
 
+import functools
 import logging
 
 CONNECTOR_NAME = "AgentRTConnector"
@@ -41,6 +42,7 @@ def vllm_version() -> str:
     return str(__version__)
 
 
+@functools.lru_cache(maxsize=8)
 def version_supported(version: str) -> bool:
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
@@ -59,7 +61,10 @@ def unsupported_message(version: str) -> str:
 
 
 def check_vllm_version(version: str | None = None) -> str:
-    """Raise `UnsupportedVLLMVersion` unless `version` (default: the installed vLLM) is supported."""
+    """Raise `UnsupportedVLLMVersion` unless `version` (default: the installed vLLM) is supported.
+
+    Idempotent and cheap (the verdict per version string is cached): the plugin's lazy loader and
+    every connector instance call it."""
     version = vllm_version() if version is None else version
     if not version_supported(version):
         raise UnsupportedVLLMVersion(unsupported_message(version))

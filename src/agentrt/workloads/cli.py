@@ -1,7 +1,9 @@
 """Workload commands of the `agentrt` CLI: workloads, tools, generate, stats, import ag2.
 
 `agentrt.cli` loads this module and calls `register_commands(app)`. User errors raise
-`AgentrtError`, which the main CLI prints in one line before exiting with status 2.
+`AgentrtError`, which the main CLI prints in one line before exiting with status 2; every value
+and path is checked before anything is generated or read. The defaults (workflows, concurrency,
+block size, seed) are agentrt.defaults, the ones `agentrt bench --workload` generates with.
 """
 
 from __future__ import annotations
@@ -13,16 +15,16 @@ from typing import Optional
 
 import typer
 
+from agentrt import defaults
 from agentrt.errors import AgentrtError
+from agentrt.options import input_file, output_file, positive
 
 
 def _arrivals(rate: Optional[float], concurrency: Optional[int]) -> None:
     if rate is not None and concurrency is not None:
         raise AgentrtError("give either --rate or --concurrency, not both")
-    if rate is not None and rate <= 0:
-        raise AgentrtError(f"--rate must be > 0, got {rate}")
-    if concurrency is not None and concurrency <= 0:
-        raise AgentrtError(f"--concurrency must be > 0, got {concurrency}")
+    positive(rate, "rate", cli=True)
+    positive(concurrency, "concurrency", cli=True)
 
 
 def workloads() -> None:
@@ -45,12 +47,12 @@ def tools() -> None:
 def generate(
     name: str = typer.Argument(..., help="workload name (see `agentrt workloads`)"),
     out: Path = typer.Option(..., "-o", "--out", help="trace file to write (.jsonl or .jsonl.gz)"),
-    workflows: int = typer.Option(100, "--workflows", help="number of workflows"),
+    workflows: int = typer.Option(defaults.WORKFLOWS, "--workflows", help="number of workflows (as `agentrt bench --workload`)"),
     rate: Optional[float] = typer.Option(None, "--rate", help="Poisson arrivals, workflows per second"),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="closed loop: workflows at once (default 16)"),
-    seed: int = typer.Option(0, "--seed", help="seed: equal seeds give equal traces"),
-    noise: float = typer.Option(0.3, "--noise", help="noise of the per-call semantic signal"),
-    block_size: int = typer.Option(16, "--block-size", help="tokens per hash id"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help=f"closed loop: workflows at once (default {defaults.CONCURRENCY}, as `agentrt bench --workload`)"),
+    seed: int = typer.Option(defaults.SEED, "--seed", help="seed: equal seeds give equal traces"),
+    noise: float = typer.Option(0.3, "--noise", help="noise of the per-call semantic signal (0 to 10)"),
+    block_size: int = typer.Option(defaults.BLOCK_SIZE, "--block-size", help="tokens per hash id"),
     tool_scale: float = typer.Option(1.0, "--tool-scale", help="multiply every tool and think time by this (> 0)"),
 ) -> None:
     """Generate a workflow trace from a workload generator."""
@@ -58,8 +60,18 @@ def generate(
     from agentrt.workloads.base import GenConfig
     from agentrt.workloads.registry import get_workload
 
-    _arrivals(rate, concurrency)
     wl = get_workload(name)
+    _arrivals(rate, concurrency)
+    if workflows <= 0:
+        raise AgentrtError(f"--workflows must be > 0, got {workflows}")
+    if block_size <= 0:
+        raise AgentrtError(f"--block-size must be > 0, got {block_size}")
+    positive(tool_scale, "tool_scale", cli=True)
+    if not 0.0 <= noise <= 10.0:
+        raise AgentrtError(f"--noise must be in [0, 10], got {noise}")
+    output_file(out, "-o")
+    if rate is None and concurrency is None:
+        concurrency = defaults.CONCURRENCY
     try:
         cfg = GenConfig(workflows=workflows, rate=rate, concurrency=concurrency, seed=seed,
                         noise=noise, block_size=block_size, tool_scale=tool_scale)
@@ -75,7 +87,7 @@ def stats(
 ) -> None:
     """Per-trace statistics: calls, token sizes, reuse within and across workflows, infinite-cache hit rate."""
     from agentrt.workloads.stats import trace_stats
-    st = trace_stats(trace)
+    st = trace_stats(input_file(trace, "trace"))
     if as_json:
         typer.echo(json.dumps(st.to_json(), indent=2))
         return
@@ -115,9 +127,9 @@ def import_ag2_cmd(
     tokenizer: str = typer.Option("estimate", "--tokenizer", help="estimate, tiktoken:NAME, quicktok:NAME or hf:PATH"),
     first_is_call: bool = typer.Option(False, "--first-is-call", help="treat the opening message as an LLM call"),
     rate: Optional[float] = typer.Option(None, "--rate", help="Poisson arrivals, workflows per second"),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="closed loop: workflows at once (default 16)"),
-    seed: int = typer.Option(0, "--seed", help="seed of the Poisson arrivals"),
-    block_size: int = typer.Option(16, "--block-size", help="tokens per hash id"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help=f"closed loop: workflows at once (default {defaults.CONCURRENCY})"),
+    seed: int = typer.Option(defaults.SEED, "--seed", help="seed of the Poisson arrivals"),
+    block_size: int = typer.Option(defaults.BLOCK_SIZE, "--block-size", help="tokens per hash id"),
 ) -> None:
     """Import AG2/AutoGen group-chat logs: one workflow per file; bad files are reported and skipped.
 
@@ -125,9 +137,16 @@ def import_ag2_cmd(
     """
     from agentrt.workloads.ag2 import Ag2Importer, import_ag2
 
+    if not src.exists():
+        raise AgentrtError(f"import ag2 {src}: no such directory or file (give a directory of AG2 "
+                           f"log files, *.json, or one log file)")
     _arrivals(rate, concurrency)
     if block_size <= 0:
         raise AgentrtError(f"--block-size must be > 0, got {block_size}")
+    positive(think_ms, "think_ms", cli=True, allow_zero=True)
+    output_file(out, "-o")
+    if rate is None and concurrency is None:
+        concurrency = defaults.CONCURRENCY
     imp = Ag2Importer(block_size=block_size, think_ms=think_ms, tokenizer=tokenizer,
                       first_is_call=first_is_call, rate=rate, concurrency=concurrency, seed=seed)
     res = import_ag2(src, out, imp)

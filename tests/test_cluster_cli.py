@@ -1,0 +1,68 @@
+"""`agentrt bench --replicas N --router NAME` and `agentrt routers` through the real command line:
+the run, its JSON (against docs/results-schema.json), and its errors (one line, exit 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrt.cluster.registry import router_names
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((REPO / "docs" / "results-schema.json").read_text())
+
+
+def agentrt(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentrt.cli", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_routers_lists_every_name_one_per_line():
+    p = agentrt("routers")
+    assert p.returncode == 0, p.stderr
+    assert [line.split()[0] for line in p.stdout.splitlines()] == router_names()
+
+
+def test_bench_with_replicas_runs_and_writes_a_valid_document(tmp_path):
+    out = tmp_path / "r.json"
+    p = agentrt("bench", "--workload", "team", "--workflows", "24", "--concurrency", "8",
+                "--gpu-blocks", "800", "--replicas", "3", "--router", "session",
+                "--policies", "lru,pbkv-lae", "--quiet", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "3 replicas behind the session router" in p.stdout
+    assert "imbalance" in p.stdout
+    doc = json.loads(out.read_text())
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator(SCHEMA).validate(doc)
+    assert doc["config"]["replicas"] == 3 and doc["config"]["router"] == "session"
+    for r in doc["results"].values():
+        assert r["n_replicas"] == 3 and r["router"] == "session" and r["imbalance"] >= 1.0
+        assert sum(x["calls_routed"] for x in r["replicas"]) >= r["calls"]
+        assert 0.0 <= r["hit_rate"] <= 1.0
+
+
+def test_one_replica_is_the_plain_bench(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    common = ["bench", "--workload", "mtbench", "--workflows", "12", "--concurrency", "4",
+              "--gpu-blocks", "400", "--policies", "lru", "--quiet"]
+    assert agentrt(*common, "--json", str(a)).returncode == 0
+    assert agentrt(*common, "--replicas", "1", "--json", str(b)).returncode == 0
+    ra, rb = (json.loads(x.read_text())["results"]["lru"] for x in (a, b))
+    assert ra["hit_rate"] == rb["hit_rate"] and ra["ttft_mean_s"] == rb["ttft_mean_s"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--replicas", "0"], "--replicas must be an integer >= 1"),
+    (["--replicas", "2", "--router", "nope"], "unknown router 'nope'"),
+    (["--replicas", "2", "--policies", "lru,oracle"], "run on one replica only"),
+    (["--replicas", "2", "--engine", "vllm"], "for the simulator"),
+])
+def test_cluster_errors_are_one_line(args, says):
+    p = agentrt("bench", *args)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2, p.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], p.stderr
