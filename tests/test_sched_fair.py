@@ -15,6 +15,7 @@ from agentrt.engine.simulator import EngineConfig, Simulator
 from agentrt.policies.registry import make_policy
 from agentrt.runtime import events as ev
 from agentrt.runtime.policy import Policy
+from agentrt.sched.base import Scheduler
 from agentrt.sched.fair import FairScheduler
 from agentrt.sched.kvshare import TenantShares
 from agentrt.sched.registry import make_scheduler
@@ -100,6 +101,170 @@ def test_a_quiet_tenant_is_not_queued_behind_a_whole_burst():
     s.observe(ev.CallArrived(0.1, quiet))
     ranked = order(s, [(c, 0.0) for c in burst[1:]] + [(quiet, 0.1)], View(0.2))
     assert ranked.index(99) <= 2         # within a call or two of the head, not after 9 calls
+
+
+# ------------------------------------------------------------------ fair: the prefill budget
+# Start-time fair queueing of prefill chunks (`prefillshare.py`): an admitted call starts at its
+# tenant's prefill clock (lifted to the system's virtual time when the tenant has nothing
+# prefilling), the clock advances by prefill tokens / weight, and a chunk's tag is the virtual
+# time of the call's next token.
+def admit(s, c, gpu_hit=0, now=0.0):
+    s.observe(ev.CallArrived(now, c))
+    s.observe(ev.CallAdmitted(now, c, None, gpu_hit, 0))
+
+
+def batch_order(s, running, now=0.0):
+    """running: [(call, arrival, prefill_left)] -> rids in the order they get prefill tokens."""
+    return [c.rid for c, a, left in sorted(running, key=lambda x: s.batch_rank(x[0], x[1], x[2], now))]
+
+
+def serve(s, running, budget, iterations, now=0.0):
+    """The simulator's chunking (`Simulator.step`): each iteration fills `budget` tokens greedily
+    in batch order. running: {rid: [call, arrival, prefill_left]}; returns tokens per tenant."""
+    got: dict[str, int] = {}
+    for _ in range(iterations):
+        left = budget
+        for rid in batch_order(s, [tuple(v) for v in running.values() if v[2] > 0], now):
+            c, _, p = running[rid]
+            n = min(p, left)
+            running[rid][2] -= n
+            got[c.tenant] = got.get(c.tenant, 0) + n
+            left -= n
+            if running[rid][2] == 0:
+                s.observe(ev.PromptCached(now, c, None, 0))
+            if left == 0:
+                break
+    return got
+
+
+def test_a_quiet_tenants_chunk_goes_before_a_bursts_earlier_admitted_calls():
+    s = FairScheduler()
+    b1, b2 = info(1, "b", n_in=1000 * BS), info(2, "b", n_in=1000 * BS)
+    admit(s, b1)
+    admit(s, b2)
+    assert s.prefill.start == {1: 0.0, 2: 1000.0 * BS}
+    running = [(b1, 0.0, 600 * BS), (b2, 0.0, 1000 * BS)]        # b1 is 400 blocks in
+    assert batch_order(s, running) == [1, 2]
+    a1 = info(3, "a", n_in=10 * BS)
+    admit(s, a1, now=1.0)
+    # a re-enters at the system's virtual time (b1's next token), not behind b's admitted work,
+    # and with the same tag goes first: fewer tokens left
+    assert s.prefill.start[3] == 400.0 * BS
+    assert batch_order(s, running + [(a1, 1.0, 10 * BS)]) == [3, 1, 2]
+    a2 = info(4, "a", n_in=10 * BS)
+    admit(s, a2, now=1.0)                                        # a has a call prefilling: its clock
+    assert s.prefill.start[4] == 410.0 * BS
+    # b1's next token (400 blocks in) is tagged before a2's first
+    assert batch_order(s, running + [(a2, 1.0, 10 * BS), (a1, 1.0, 10 * BS)]) == [3, 1, 4, 2]
+
+
+def test_backlogged_tenants_share_the_budget_by_weight():
+    s = FairScheduler(weights="a:3")
+    running = {}
+    for rid, tenant in enumerate(["b", "a", "b", "a"], start=1):
+        c = info(rid, tenant, n_in=10_000)
+        admit(s, c)
+        running[rid] = [c, 0.0, 10_000]
+    got = serve(s, running, budget=100, iterations=80)          # 8000 tokens, nobody runs dry
+    assert got["a"] + got["b"] == 8000
+    assert abs(got["a"] - 3 * got["b"]) <= 2 * 100               # 3:1, within one chunk each
+    s = FairScheduler()
+    running = {}
+    for rid, tenant in enumerate(["b"] * 6 + ["a"], start=1):   # a burst of 6 against one call
+        c = info(rid, tenant, n_in=1000)
+        admit(s, c)
+        running[rid] = [c, 0.0, 1000]
+    got = serve(s, running, budget=100, iterations=16)
+    assert got["a"] == got["b"] == 800                           # equal weights: equal tokens
+
+
+def test_an_idle_tenant_banks_no_credit_and_resumed_calls_are_not_charged():
+    s = FairScheduler()
+    a_old = info(1, "a", n_in=100)
+    admit(s, a_old)
+    s.observe(ev.PromptCached(0.0, a_old, None, 0))
+    assert s.prefill.clock["a"] == 100.0 and not s.prefill.start
+    b = [info(10 + k, "b", n_in=1000) for k in range(3)]
+    for c in b:
+        admit(s, c)                                              # b re-enters at the largest clock
+    assert [s.prefill.start[c.rid] for c in b] == [100.0, 1100.0, 2100.0]
+    assert batch_order(s, [(b[0], 0.0, 500), (b[1], 0.0, 1000)]) == [10, 11]
+    a_new = info(2, "a", n_in=100)
+    admit(s, a_new, now=5.0)
+    assert s.prefill.start[2] == 600.0                           # b's next token, not a's old 100
+    clock = s.prefill.clock["b"]
+    b[0].extra["resumed"] = 1
+    admit(s, b[0], now=6.0)                                      # readmitted after a preemption
+    assert s.prefill.clock["b"] == clock
+    assert s.prefill.start[10] == 600.0                           # the system's virtual time
+    for c in b + [a_new]:
+        s.observe(ev.CallFinished(7.0, c, None))
+    assert not s.prefill.start and not s.prefill.work and not s.prefill.head and not s.prefill.prefilling
+
+
+def test_warmups_take_their_tenants_prefill_share():
+    s = FairScheduler()
+    w = info(1, "a", n_in=50 * BS, warmup=True)
+    admit(s, w, gpu_hit=10)
+    assert s.prefill.clock["a"] == 40.0 * BS and 1 not in s.tags
+    s.observe(ev.CallFinished(1.0, w, None))
+    assert not s.prefill.start
+
+
+class _AgingFair(FairScheduler):
+    ages_batch = True
+
+
+def test_aging_does_not_override_the_fair_prefill_order_but_does_for_others():
+    """Both calls have waited past max_wait_s (as a burst's calls have under overload): arrival
+    order would give the old one the budget; fair keeps its own order."""
+    order_of = {}
+    for cls in (FairScheduler, _AgingFair):
+        s = cls(max_wait_s=1.0)
+        b, a = info(1, "b", n_in=1000), info(2, "a", n_in=100)
+        admit(s, b)
+        admit(s, a, now=50.0)                                    # a's start: b's start (0)
+        order_of[cls] = batch_order(s, [(b, 0.0, 900), (a, 50.0, 100)], now=100.0)
+    assert order_of[FairScheduler] == [2, 1]
+    assert order_of[_AgingFair] == [1, 2]
+    assert Scheduler.ages_batch and not FairScheduler.ages_batch
+    assert Scheduler(max_wait_s=1.0).batch_rank(info(1, "b"), 0.0, 10, 100.0)[0] == 0
+
+
+def test_fair_state_bytes_counts_the_prefill_clock():
+    s = FairScheduler()
+    base = s.state_bytes()
+    admit(s, info(1, "a"))
+    assert s.state_bytes() > base
+
+
+def burst_and_quiet_trace(n_burst=8, burst_blocks=128, quiet_at=0.05):
+    calls = [sim_call(f"f{k}", 0, [1000 * (k + 1) + j for j in range(burst_blocks)], "f", ts=0.0)
+             for k in range(n_burst)]
+    calls.append(sim_call("q0", 0, list(range(1, 5)), "q", ts=quiet_at))
+    return calls
+
+
+@pytest.mark.parametrize("max_wait_s", [1e-3, 60.0])
+def test_in_the_simulator_a_quiet_call_is_not_queued_behind_an_aged_burst(max_wait_s):
+    """A burst's calls are admitted at once and have aged (max_wait_s 1 ms) by the time a quiet
+    tenant's small call arrives: under fair the quiet call still prefills in its first iteration,
+    whatever max_wait_s; arrival order (fcfs) gives it the budget only after the burst."""
+    calls = burst_and_quiet_trace()
+    cfg = dict(preset=PRESET, block_size=BS, gpu_blocks=4000, max_batch_tokens=512)
+    runs = {}
+    for name in ("fair", "fcfs"):
+        sim = Simulator(EngineConfig(**cfg), make_policy("lru"), iter(calls),
+                        scheduler=make_scheduler(name, max_wait_s=max_wait_s))
+        m = sim.run()
+        sim.cache.check_invariants()
+        assert m.calls == len(calls)
+        runs[name] = (m.tenants["q"].ttft[0], max(m.tenants["f"].ttft))
+    one_iteration = Simulator(EngineConfig(**cfg), make_policy("lru"), iter([])).cost.prefill(512, 128 * BS)
+    q_fair, f_fair = runs["fair"]
+    q_fcfs, f_fcfs = runs["fcfs"]
+    assert q_fair <= 3 * one_iteration < q_fcfs
+    assert q_fcfs > 0.5 * f_fcfs                                  # fcfs: behind most of the burst
 
 
 # ------------------------------------------------------------------ TenantShares

@@ -21,7 +21,11 @@ priority scheduling) inside vLLM:
 - `max_wait_s` bounds starvation for every scheduler: a call that has waited longer goes before
   every call that has not (in arrival order among such calls), no call is backfilled past it, and
   no running call is preempted in its favour ahead of others. Its wait is then bounded by
-  `max_wait_s` plus the time to drain the calls that aged before it.
+  `max_wait_s` plus the time to drain the calls that aged before it. The same goes for the
+  prefill order, unless `ages_batch` is False: a scheduler whose `batch_key` is starvation-free
+  by itself (`fair`: every tenant gets its weighted share of each iteration's budget) keeps its
+  order, since under overload nearly every admitted call has aged in the queue and aging would
+  hand the budget back to arrival order.
 With nothing overridden, a scheduler is FCFS with head-of-line blocking (what engines do today).
 """
 
@@ -64,6 +68,7 @@ class Scheduler:
     wants_events: ClassVar[bool] = False
     reads_cache: ClassVar[bool] = False   # `key` calls `view.cached_blocks`
     shapes_batch: ClassVar[bool] = False  # orders the prefill chunks of admitted calls too
+    ages_batch: ClassVar[bool] = True     # aged calls go first in that order too (see above)
     defers: ClassVar[bool] = False        # may hold calls back (`defer`)
 
     def __init__(self, max_wait_s: float = DEFAULT_MAX_WAIT_S, seed: int = 0,
@@ -117,8 +122,9 @@ class Scheduler:
         return int(max(-(2 ** 62), min(2 ** 62, round(lead))))
 
     def batch_rank(self, call: "CallInfo", arrival: float, prefill_left: int, now: float) -> tuple:
-        """The full prefill-order key: calls past `max_wait_s` first, then `batch_key`."""
-        if now - arrival > self.max_wait_s:
+        """The full prefill-order key: calls past `max_wait_s` first (with `ages_batch`), then
+        `batch_key`."""
+        if self.ages_batch and now - arrival > self.max_wait_s:
             return (0, arrival, call.rid)
         return (1, self.batch_key(call, arrival, prefill_left), call.rid)
 

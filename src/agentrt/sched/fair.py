@@ -18,8 +18,14 @@ Model
   span more than the tenant's share of the GPU pool (a tenant with nothing running is never
   held). Without this a burst's running requests fill the pool and every eviction lands on the
   quiet tenant's cache, whatever the eviction order. Held calls wait at most `max_hold_s`.
+- Each iteration's prefill budget is shared by weight too (`prefillshare.py`): admitted calls'
+  chunks go in the order of their tenant's virtual prefill time (tokens computed / weight, with
+  the same re-entry rule), so a quiet tenant's chunk goes ahead of a burst's instead of waiting
+  behind its earlier-admitted calls. That order bounds every call's prefill by itself, so calls
+  that aged in the queue do not jump it (`ages_batch` is False): under a burst nearly all of the
+  burst's calls have aged, and aging would give the budget back to arrival order.
 - When the best call does not fit, later calls are admitted into free blocks only, and the
-  `max_wait_s` bound holds, as for every scheduler (`base.py`).
+  `max_wait_s` bound on admission holds, as for every scheduler (`base.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import ClassVar
 
 from agentrt.runtime import events as ev
 from agentrt.sched.base import DEFAULT_MAX_HOLD_S, DEFAULT_MAX_WAIT_S, Scheduler
+from agentrt.sched.prefillshare import PrefillShares
 from agentrt.sched.service import prefill_work
 
 
@@ -59,6 +66,7 @@ class FairScheduler(Scheduler):
     wants_events: ClassVar[bool] = True
     kv_shares: ClassVar[bool] = True
     shapes_batch: ClassVar[bool] = True
+    ages_batch: ClassVar[bool] = False
     defers: ClassVar[bool] = True
 
     def __init__(self, max_wait_s: float = DEFAULT_MAX_WAIT_S, seed: int = 0,
@@ -70,6 +78,7 @@ class FairScheduler(Scheduler):
         self.backlog: dict[str, int] = {}       # calls arrived and not finished, per tenant
         self.live: dict[str, set] = {}          # tenant -> its workflows that have not ended
         self.tags: dict[int, float] = {}        # waiting or running call -> its start tag
+        self.prefill = PrefillShares(self.weight)
 
     def weight(self, tenant: str) -> float:
         return self.weights.get(tenant, 1.0)
@@ -94,11 +103,17 @@ class FairScheduler(Scheduler):
             self.virtual[c.tenant] = v + (c.input_length + c.output_length) / self.weight(c.tenant)
         elif t is ev.CallAdmitted:
             c = e.call
-            if not c.warmup and not c.extra.get("resumed") and c.rid in self.tags:
-                cached = c.input_length - prefill_work(c, e.gpu_hit, e.host_hit)
+            resumed = bool(c.extra.get("resumed"))
+            work = prefill_work(c, e.gpu_hit, e.host_hit)
+            self.prefill.admit(c.rid, c.tenant, None if resumed else work)
+            if not c.warmup and not resumed and c.rid in self.tags:
+                cached = c.input_length - work
                 self.virtual[c.tenant] = self.virtual.get(c.tenant, 0.0) - cached / self.weight(c.tenant)
+        elif t is ev.PromptCached:
+            self.prefill.done(e.call.rid)
         elif t is ev.CallFinished:
             c = e.call
+            self.prefill.done(c.rid)
             if c.warmup or self.tags.pop(c.rid, None) is None:
                 return
             n = self.backlog.get(c.tenant, 0) - 1
@@ -131,7 +146,7 @@ class FairScheduler(Scheduler):
         return (self.tags.get(call.rid, 0.0), arrival)
 
     def batch_key(self, call, arrival, prefill_left):
-        return (self.tags.get(call.rid, 0.0), arrival)
+        return (self.prefill.tag(call.rid, call.tenant, prefill_left), prefill_left, arrival)
 
     def state_bytes(self) -> int:
-        return 150 * (len(self.virtual) + len(self.backlog)) + 80 * len(self.tags) + 100 * sum(len(f) for f in self.live.values())
+        return self.prefill.state_bytes() + 150 * (len(self.virtual) + len(self.backlog)) + 80 * len(self.tags) + 100 * sum(len(f) for f in self.live.values())
