@@ -252,7 +252,7 @@ def main() -> None:
     ap.add_argument("--no-goodput", action="store_true")
     ap.add_argument("--slo", type=float, default=2.0, help="p90 TTFT SLO of the goodput, seconds")
     ap.add_argument("--tenant-workload", default="swebench")
-    ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--no-docs", action="store_true", help="print only: write neither the JSON nor docs/results.md")
     a = ap.parse_args()
     path = DOCS / "results" / "schedulers.json"
     doc = json.loads(path.read_text()) if path.exists() else {}
@@ -267,13 +267,14 @@ def main() -> None:
                 log(f"{w}:")
                 doc["workloads"][w] = table_part(w, loads, a.slo, tmp, log, legacy(doc["workloads"].get(w)),
                                                  not a.no_goodput)
-                path.write_text(json.dumps(doc, indent=1))
+                if not a.no_docs:          # keep what finished if a later part fails
+                    path.write_text(json.dumps(doc, indent=1))
         if a.part in ("tenants", "all"):
             doc["tenants"] = tenants_part(a.tenant_workload, 1.2, 5.0, 30, tmp, log)
+    if a.no_docs:                          # a trial: print only, leave docs/ as it is
+        return
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(doc, indent=1))
-    if a.no_docs:
-        return
     parts = [f"Built by `python benchmarks/schedulers.py` (preset {PRESET}, full KV memory, seed 0, Poisson "
              f"arrivals; every run holds back the first 25% of workflows for training).\n"]
     for w, d in doc.get("workloads", {}).items():

@@ -29,13 +29,14 @@ from agentrt.workloads.registry import get_workload
 
 REPO = Path(__file__).resolve().parents[1]
 CAPACITIES = [2000, 3000, 4500, 6430, 10000, 15000, 25720]
-SWEEP_POLICIES = ["lru", "cachesage", "kvflow", "pbkv-lae", "pbkv-he", "belady"]
+SWEEP_POLICIES = ["lru", "cachesage", "kvflow", "pbkv-lae", "pbkv-he", "pbkv-ta", "oracle", "belady"]
 NOISES = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]
 CONCURRENCY = 64     # the sweeps' regime: a saturated replica (docs/results.md)
 # (colour, marker, line style) per policy: distinct on all three, so overlapping lines show
 STYLES = {"lru": ("#333333", "o", "-"), "cachesage": ("tab:blue", "s", "-"),
           "kvflow": ("tab:green", "^", "--"), "pbkv-lae": ("tab:orange", "D", "-."),
-          "pbkv-he": ("tab:red", "v", ":"), "belady": ("tab:purple", "x", (0, (5, 2, 1, 2)))}
+          "pbkv-he": ("tab:red", "v", ":"), "pbkv-ta": ("tab:brown", "P", "-"),
+          "oracle": ("tab:gray", "*", "--"), "belady": ("tab:purple", "x", (0, (5, 2, 1, 2)))}
 
 
 def main() -> None:
@@ -91,7 +92,7 @@ def main() -> None:
 def _style(name: str) -> dict:
     color, marker, ls = STYLES.get(name, (None, "o", "-"))
     return {"color": color, "marker": marker, "linestyle": ls, "markersize": 6, "linewidth": 1.6,
-            "markerfacecolor": "none" if name in ("belady", "pbkv-he") else color}
+            "markerfacecolor": "none" if name in ("belady", "pbkv-he", "oracle") else color}
 
 
 def pressure_figure(out: dict):
