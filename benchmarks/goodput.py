@@ -97,8 +97,9 @@ def main() -> None:
     a = ap.parse_args()
     rates = [float(x) for x in a.rates.split(",")]
     doc: dict = {"workload": a.workload, "workflows": a.workflows, "slo_p90_ttft_s": a.slo, "presets": {}}
+    shown_rates = f" --rates {a.rates}" if a.rates != ap.get_default("rates") else ""
     parts = [f"Built by `python benchmarks/goodput.py --workload {a.workload} --workflows {a.workflows} "
-             f"--slo {a.slo:g}`: {a.workload}, {a.workflows} workflows, seed 0, Poisson arrivals, each "
+             f"--slo {a.slo:g}{shown_rates}`: {a.workload}, {a.workflows} workflows, seed 0, Poisson arrivals, each "
              f"preset's full KV memory; SLO p90 TTFT <= {a.slo:g} s.\n"]
     with tempfile.TemporaryDirectory(prefix="agentrt-goodput-") as d:
         for preset in a.preset.split(","):
