@@ -66,3 +66,16 @@ def test_cluster_errors_are_one_line(args, says):
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2, p.stderr
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], p.stderr
+
+
+def test_default_policies_drop_the_bounds_with_replicas_but_named_bounds_are_refused(tmp_path):
+    out = tmp_path / "d.json"
+    p = agentrt("bench", "--replicas", "2", "--workflows", "12", "--concurrency", "4", "--quiet",
+                "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    from agentrt.policies.registry import BOUNDS
+    names = list(json.loads(out.read_text())["results"])
+    assert names and not set(names) & set(BOUNDS)
+    from agentrt.defaults import RUN_POLICIES
+    p = agentrt("bench", "--replicas", "2", "--policies", ",".join(RUN_POLICIES))
+    assert p.returncode == 2 and "run on one replica only" in p.stderr

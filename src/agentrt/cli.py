@@ -85,7 +85,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     if trace is not None and workload is not None:
         raise AgentrtError("give either --trace or --workload, not both")
     default_run = trace is None and workload is None
-    if policies is None:
+    default_policies = policies is None
+    if default_policies:
         policies = DEFAULT_VLLM_POLICIES if engine == "vllm" else DEFAULT_POLICIES
     if default_run and engine == "sim":
         if gpu_blocks is None:
@@ -93,7 +94,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
         if plot is None and json_path is None and csv_path is None:
             plot = Path(defaults.RUN_PLOT)
     names = _split(policies)
-    if replicas > 1 and policies in (DEFAULT_POLICIES, DEFAULT_VLLM_POLICIES):
+    if replicas > 1 and default_policies:
         from agentrt.policies.registry import BOUNDS
         names = [n for n in names if n not in BOUNDS]     # the bounds are one-replica constructs
     if not names:
