@@ -14,10 +14,13 @@ prefill-heavy preset (qwen3-32b-h200, its full KV memory); each row names its co
   p50/p99, E2E mean/p50/p99, and the longest queue wait of any call (the starvation check).
 - Goodput: the highest rate of a grid (x0.5 ... x1.5 of the sustainable rate) at which a pair's
   p90 TTFT stays within the SLO (default 2 s, an interactive agent step).
-- Tenants: tenant A alone at a rate, then with tenant B arriving at 5x A's rate (same workload,
-  separate caches by tenant), under fcfs and fair; A's hit rate and p90 TTFT against alone.
-Every run holds back the same first 25% of workflows for training (`--train-fraction 0.25`), so
-LRU and the PBKV variants are scored on the same workflows whichever list a run names.
+- Tenants: tenant A alone at a rate, alone with half the GPU pool (its equal share), then with
+  tenant B arriving at 5x A's rate (same workload, separate caches by tenant) under fcfs, fair
+  without its chunk cap, and fair; A's hit rate and p90 TTFT against alone, three trace seeds.
+Every table and goodput run holds back the same first 25% of workflows for training
+(`--train-fraction 0.25`), so LRU and the PBKV variants are scored on the same workflows whichever
+list a run names; the tenant runs train on a separate trace and score every workflow, so that A's
+calls are the same alone and with B.
 
 Writes docs/results/schedulers.json and, between the `schedulers` markers of docs/results.md,
 the tables.
@@ -29,6 +32,7 @@ import argparse
 import dataclasses
 import json
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,8 +68,9 @@ def generate(workload: str, rate: float, workflows: int, tmp: Path) -> tuple[Pat
 
 def bench(trace: Path, policies: list[str], scheduler: str, tmp: Path, extra: list[str] = ()) -> tuple[dict, str]:
     out = tmp / "out.json"
+    split = [] if "--train" in extra else ["--train-fraction", "0.25"]
     args = ["bench", "--trace", str(trace), "--preset", PRESET, "--policies", ",".join(policies),
-            "--scheduler", scheduler, "--train-fraction", "0.25", *extra, "--quiet", "--json", str(out)]
+            "--scheduler", scheduler, *split, *extra, "--quiet", "--json", str(out)]
     cli(args)
     return json.loads(out.read_text()), shown(args[:-2], tmp)
 
@@ -176,14 +181,16 @@ def table_md(workload: str, d: dict, slo: float) -> str:
     return "\n".join(parts)
 
 
-def two_tenant_trace(workload: str, rate_a: float, n_a: int, ratio: float, tmp: Path, with_b: bool) -> Path:
-    """Tenant A's workflows at `rate_a`, and with `with_b` tenant B's at `ratio` times that rate."""
+def two_tenant_trace(workload: str, rate_a: float, n_a: int, ratio: float, tmp: Path, with_b: bool,
+                     seed_a: int = 1) -> Path:
+    """Tenant A's workflows at `rate_a` (generator seed `seed_a`), and with `with_b` tenant B's at
+    `ratio` times that rate (seed `seed_a + 1`)."""
     from agentrt.trace.writer import write_trace
     from agentrt.workloads.base import GenConfig
     from agentrt.workloads.registry import get_workload
     wl = get_workload(workload)
     flows: list[tuple[float, int, list]] = []
-    specs = [("a", rate_a, n_a, 1)] + ([("b", rate_a * ratio, int(n_a * ratio), 2)] if with_b else [])
+    specs = [("a", rate_a, n_a, seed_a)] + ([("b", rate_a * ratio, int(n_a * ratio), seed_a + 1)] if with_b else [])
     for tenant, rate, n, seed in specs:
         cfg = GenConfig(workflows=n, rate=rate, seed=seed, tenant=tenant)
         cur: dict[str, list] = {}
@@ -192,43 +199,108 @@ def two_tenant_trace(workload: str, rate_a: float, n_a: int, ratio: float, tmp: 
         for i, calls in enumerate(cur.values()):
             flows.append((calls[0].timestamp or 0.0, seed * 10**6 + i, calls))
     flows.sort(key=lambda f: (f[0], f[1]))
-    path = tmp / f"tenants-{workload}-{rate_a:.5f}-{'ab' if with_b else 'a'}.jsonl"
+    path = tmp / f"tenants-{workload}-{rate_a:.5f}-s{seed_a}-{'ab' if with_b else 'a'}.jsonl"
     write_trace(path, wl.header(GenConfig(workflows=n_a, rate=rate_a)), (c for _, _, cs in flows for c in cs))
     return path
 
 
+TENANT_SEEDS = (1, 3, 5, 7, 9)
+TRAIN_SEED = 101
+
+
+def tenant_stats(doc: dict, policy: str, tenant: str) -> dict:
+    r = doc["results"][policy]
+    t = r.get("tenants", {}).get(tenant) or r
+    return {k: t.get(k) for k in ("hit_rate", "ttft_mean_s", "ttft_p90_s", "ttft_p99_s", "wait_max_s")}
+
+
 def tenants_part(workload: str, total_load: float, ratio: float, n_a: int, tmp: Path, log) -> dict:
+    """A alone; A alone with half the GPU pool (its equal share: the best `fair` can leave it);
+    A with B under fcfs, under fair without the chunk cap, and under fair as it ships. Every run
+    scores all of A's workflows (pbkv-lae trains on a separate two-tenant trace), so A's calls are
+    the same in every run of a seed."""
+    from agentrt.engine.presets import get_preset
     mu, _ = sustainable_rate(workload, WORKFLOWS.get(workload, 150), tmp, log)
     rate_a = total_load * mu / (1.0 + ratio)
-    alone = two_tenant_trace(workload, rate_a, n_a, ratio, tmp, with_b=False)
-    both = two_tenant_trace(workload, rate_a, n_a, ratio, tmp, with_b=True)
+    half = get_preset(PRESET).gpu_blocks(16) // 2
+    train = two_tenant_trace(workload, rate_a, n_a, ratio, tmp, True, TRAIN_SEED)
     out: dict = {"workload": workload, "sustainable_rate": mu, "rate_a": rate_a, "ratio": ratio,
-                 "total_load": total_load, "workflows_a": n_a, "runs": {}}
-    for label, trace, sched in (("alone fcfs", alone, "fcfs"), ("alone fair", alone, "fair"),
-                                ("with B fcfs", both, "fcfs"), ("with B fair", both, "fair")):
-        doc, cmd = bench(trace, ["lru", "pbkv-lae"], sched, tmp)
-        out["runs"][label] = {"command": cmd, "results": {
-            p: (doc["results"][p].get("tenants", {}).get("a") or
-                {k: doc["results"][p][k] for k in ("hit_rate", "ttft_mean_s", "ttft_p90_s", "ttft_p99_s")})
-            for p in ("lru", "pbkv-lae")}}
-        log(f"  tenants {label}: " + " ".join(
-            f"{p} A {100 * r['hit_rate']:.1f}% p90 {r['ttft_p90_s']:.2f}s" for p, r in out["runs"][label]["results"].items()))
+                 "total_load": total_load, "workflows_a": n_a, "half_pool_blocks": half, "seeds": {}}
+    runs = [("alone", False, "fcfs", ["lru", "pbkv-lae"], []),
+            ("alone, half the pool", False, "fcfs", ["lru", "pbkv-lae", "oracle"], ["--gpu-blocks", str(half)]),
+            ("with B, fcfs", True, "fcfs", ["lru", "pbkv-lae"], []),
+            ("with B, fair without the chunk cap", True, "fair", ["lru", "pbkv-lae"], ["--shared-chunk-tokens", "0"]),
+            ("with B, fair, chunk cap 2048", True, "fair", ["lru", "pbkv-lae"], ["--shared-chunk-tokens", "2048"]),
+            ("with B, fair", True, "fair", ["lru", "pbkv-lae"], [])]
+    for seed in TENANT_SEEDS:
+        traces = {w: two_tenant_trace(workload, rate_a, n_a, ratio, tmp, w, seed) for w in (False, True)}
+        rows = out["seeds"][str(seed)] = {}
+        for label, with_b, sched, pols, extra in runs:
+            doc, cmd = bench(traces[with_b], pols, sched, tmp, ["--train", str(train), *extra])
+            rows[label] = {"command": cmd, "a": {p: tenant_stats(doc, p, "a") for p in pols},
+                           "b": {p: tenant_stats(doc, p, "b") for p in pols} if with_b else None}
+            log(f"  tenants seed {seed} {label}: " + " ".join(
+                f"{p} A {100 * r['hit_rate']:.1f}% p90 {r['ttft_p90_s']:.2f}s" for p, r in rows[label]["a"].items()))
     return out
 
 
+def _spread(xs: list[float], fmt: str = "{:.2f}x") -> str:
+    xs = sorted(xs)
+    med = statistics.median(xs)
+    return fmt.format(med) + (f" ({fmt.format(xs[0])}-{fmt.format(xs[-1])})" if len(xs) > 1 else "")
+
+
 def tenants_md(d: dict) -> str:
+    if "seeds" not in d:             # written by an earlier version of this script
+        return ""
+    seeds = list(d["seeds"])
+    first = d["seeds"][seeds[0]]
     lines = [f"#### Two tenants on {d['workload']}: A at {d['rate_a']:.5f} workflows/s, B at {d['ratio']:g}x "
              f"that rate (together {d['total_load']:.0%} of FCFS + LRU's sustainable rate)\n",
-             "| run | eviction | A's hit % | A's p90 TTFT s | hit vs alone | p90 TTFT vs alone |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
-    for label, run in d["runs"].items():
-        for p, r in run["results"].items():
-            a = d["runs"]["alone fcfs"]["results"][p]
-            lines.append(f"| {label} | {p} | {100 * r['hit_rate']:.1f} | {r['ttft_p90_s']:.2f} | "
-                         f"{r['hit_rate'] / a['hit_rate']:.2f}x | {r['ttft_p90_s'] / a['ttft_p90_s']:.2f}x |")
-    lines.append("\nThe traces are built by `two_tenant_trace` in this script (tenant A seed 1, B seed 2, "
-                 "workflow ids prefixed by tenant); commands: "
-                 + "; ".join(f"`{r['command']}`" for r in d["runs"].values()) + "\n")
+             f"A's hit rate and p90 TTFT against A alone, and against A alone with half the GPU pool "
+             f"({d['half_pool_blocks']:,} blocks: its equal share, the most `fair` owes it); median "
+             f"(min-max) over {len(seeds)} trace seeds (A seed s, B seed s + 1; s = {', '.join(seeds)}). "
+             f"B's p90 TTFT shows what each rule costs the burst.\n",
+             "| run | eviction | A's hit vs alone | A's p90 TTFT vs alone | A's hit vs half-pool alone | "
+             "A's p90 TTFT vs half-pool alone | B's p90 TTFT s |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for label in first:
+        for p in first[label]["a"]:
+            rows = [d["seeds"][s][label] for s in seeds]
+            alone = [d["seeds"][s]["alone"]["a"].get(p) or d["seeds"][s]["alone"]["a"]["lru"] for s in seeds]
+            halfp = [d["seeds"][s]["alone, half the pool"]["a"].get(p) for s in seeds]
+            hit = _spread([r["a"][p]["hit_rate"] / a["hit_rate"] for r, a in zip(rows, alone)])
+            p90 = _spread([r["a"][p]["ttft_p90_s"] / a["ttft_p90_s"] for r, a in zip(rows, alone)])
+            vs_half = "| "
+            if label.startswith("with B") and all(halfp):
+                vs_half = (_spread([r["a"][p]["hit_rate"] / h["hit_rate"] for r, h in zip(rows, halfp)]) + " | "
+                           + _spread([r["a"][p]["ttft_p90_s"] / h["ttft_p90_s"] for r, h in zip(rows, halfp)]))
+            b = _spread([r["b"][p]["ttft_p90_s"] for r in rows], "{:.2f}") if rows[0]["b"] else ""
+            lines.append(f"| {label} | {p} | {hit} | {p90} | {vs_half} | {b} |")
+    lines += ["\nSeeds (of " + str(len(seeds)) + ") on which A is within 10% of running alone:\n",
+              "| run | eviction | A's hit rate >= 0.9x alone | A's p90 TTFT <= 1.1x alone |",
+              "| --- | --- | ---: | ---: |"]
+    for label in first:
+        if label.startswith("with B"):
+            for p in first[label]["a"]:
+                pairs = [(d["seeds"][sd][label]["a"][p], d["seeds"][sd]["alone"]["a"][p]) for sd in seeds]
+                ok_hit = sum(r["hit_rate"] >= 0.9 * a["hit_rate"] for r, a in pairs)
+                ok_p90 = sum(r["ttft_p90_s"] <= 1.1 * a["ttft_p90_s"] for r, a in pairs)
+                lines.append(f"| {label} | {p} | {ok_hit} | {ok_p90} |")
+    lines += ["\nPer seed (A's and B's hit rate in %, p90 TTFT and A's longest admission wait in s):\n",
+              "| seed | run | eviction | A's hit | A's p90 TTFT | A's longest wait | B's hit | B's p90 TTFT |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for seed in seeds:
+        for label, run in d["seeds"][seed].items():
+            for p, r in run["a"].items():
+                b = (run["b"] or {}).get(p)
+                bcells = f"{100 * b['hit_rate']:.1f} | {b['ttft_p90_s']:.2f}" if b else " | "
+                wait = "" if r.get("wait_max_s") is None else f"{r['wait_max_s']:.1f}"
+                lines.append(f"| {seed} | {label} | {p} | {100 * r['hit_rate']:.1f} | {r['ttft_p90_s']:.2f} | {wait} | {bcells} |")
+    lines.append("\nThe traces are built by `two_tenant_trace` in this script (workflow ids prefixed by tenant; "
+                 f"pbkv-lae trains on a separate two-tenant trace, seed {TRAIN_SEED}); commands for seed "
+                 f"{seeds[0]} (the others differ only in the trace names): "
+                 + "; ".join(f"`{r['command']}`" for r in first.values()) + "\n")
     return "\n".join(lines)
 
 

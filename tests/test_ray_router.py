@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -406,6 +407,35 @@ def test_two_vllm_replicas_on_ray_serve_follow_workflows(tiny_model):
                 assert hdr["x-agentrt-replica"] == homes[wf], f"{wf} call {step} left its replica"
                 cached = usage["prompt_tokens_details"]["cached_tokens"]
                 assert cached >= 32 * 8, f"{wf} call {step}: only {cached} cached tokens"
+        # a streamed call of wf-a: same replica, vLLM's events as they come, its cache hit
+        msgs = [{"role": "system", "content": system["planner"]},
+                {"role": "user", "content": "Task wf-a: fix the failing test in module wf-a. " * 8}]
+        req = urllib.request.Request(url, data=json.dumps(
+            {"model": "agentrt", "messages": msgs, "max_tokens": 4, "stream": True,
+             "stream_options": {"include_usage": True}}).encode(),
+            headers={"content-type": "application/json", "x-workflow-id": "wf-a", "x-agent-id": "planner"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            assert r.headers["content-type"].startswith("text/event-stream")
+            assert r.headers["x-agentrt-replica"] == homes["wf-a"]
+            events = [line[6:] for line in r.read().decode().splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]", events
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert any(c["choices"] and c["choices"][0]["delta"].get("content") is not None for c in chunks)
+        usage = [c["usage"] for c in chunks if c.get("usage")][-1]
+        assert usage["prompt_tokens_details"]["cached_tokens"] >= 32 * 8, usage
+        # an upstream error on a streamed call comes back whole, as JSON, with its status
+        bad = urllib.request.Request(url, data=json.dumps(
+            {"model": "no-such-model", "messages": msgs, "stream": True}).encode(),
+            headers={"content-type": "application/json", "x-workflow-id": "wf-c"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(bad, timeout=120)
+        assert err.value.code == 404 and "error" in json.loads(err.value.read())
+        # the ingress's own checks answer with a 400 naming the field
+        for body, needle in ((b"{not json", "not valid JSON"), (b'{"model": "agentrt"}', "'messages'")):
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(urllib.request.Request(
+                    url, data=body, headers={"content-type": "application/json"}), timeout=60)
+            assert err.value.code == 400 and needle in json.loads(err.value.read())["error"]["message"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/agentrt/router", timeout=30) as r:
             stats = json.loads(r.read())
         assert stats and stats[0]["decisions"] >= 6, stats

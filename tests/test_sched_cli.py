@@ -66,6 +66,22 @@ def test_tenant_weights_need_the_fair_scheduler():
     one_line_error(p, "--tenant-weights", "fair")
 
 
+def test_shared_chunk_tokens_needs_fair_and_a_count():
+    p = agentrt("bench", "--workload", "mtbench", "--workflows", "10", "--shared-chunk-tokens", "512", "--quiet")
+    one_line_error(p, "--shared-chunk-tokens", "fair")
+    p = agentrt("bench", "--workload", "mtbench", "--workflows", "10", "--scheduler", "fair",
+                "--shared-chunk-tokens", "-5", "--quiet")
+    one_line_error(p, "--shared-chunk-tokens", ">= 0")
+
+
+def test_bench_with_a_shared_chunk_cap_records_it(tmp_path):
+    out = tmp_path / "r.json"
+    p = agentrt("bench", "--workload", "mtbench", "--workflows", "10", "--scheduler", "fair",
+                "--shared-chunk-tokens", "0", "--policies", "lru", "--quiet", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["config"]["scheduler_options"]["shared_chunk_tokens"] == 0
+
+
 def test_bad_max_wait_and_bad_weights_are_one_line_errors():
     p = agentrt("bench", "--workload", "mtbench", "--workflows", "10", "--scheduler", "las", "--max-wait", "-1",
                 "--quiet")

@@ -19,6 +19,7 @@ from agentrt.sched.base import Scheduler
 from agentrt.sched.fair import FairScheduler
 from agentrt.sched.kvshare import TenantShares
 from agentrt.sched.registry import make_scheduler
+from agentrt.errors import AgentrtError
 from agentrt.trace.schema import Call
 from test_cache_properties import CacheMachine
 
@@ -138,7 +139,8 @@ def serve(s, running, budget, iterations, now=0.0):
 
 
 def test_a_quiet_tenants_chunk_goes_before_a_bursts_earlier_admitted_calls():
-    s = FairScheduler()
+    # the fair chunk order alone (no precedence for the least-served tenant: cap 0)
+    s = FairScheduler(shared_chunk_tokens=0)
     b1, b2 = info(1, "b", n_in=1000 * BS), info(2, "b", n_in=1000 * BS)
     admit(s, b1)
     admit(s, b2)
@@ -159,7 +161,7 @@ def test_a_quiet_tenants_chunk_goes_before_a_bursts_earlier_admitted_calls():
 
 
 def test_backlogged_tenants_share_the_budget_by_weight():
-    s = FairScheduler(weights="a:3")
+    s = FairScheduler(weights="a:3", shared_chunk_tokens=0)
     running = {}
     for rid, tenant in enumerate(["b", "a", "b", "a"], start=1):
         c = info(rid, tenant, n_in=10_000)
@@ -168,7 +170,7 @@ def test_backlogged_tenants_share_the_budget_by_weight():
     got = serve(s, running, budget=100, iterations=80)          # 8000 tokens, nobody runs dry
     assert got["a"] + got["b"] == 8000
     assert abs(got["a"] - 3 * got["b"]) <= 2 * 100               # 3:1, within one chunk each
-    s = FairScheduler()
+    s = FairScheduler(shared_chunk_tokens=0)
     running = {}
     for rid, tenant in enumerate(["b"] * 6 + ["a"], start=1):   # a burst of 6 against one call
         c = info(rid, tenant, n_in=1000)
@@ -179,7 +181,7 @@ def test_backlogged_tenants_share_the_budget_by_weight():
 
 
 def test_an_idle_tenant_banks_no_credit_and_resumed_calls_are_not_charged():
-    s = FairScheduler()
+    s = FairScheduler(shared_chunk_tokens=0)
     a_old = info(1, "a", n_in=100)
     admit(s, a_old)
     s.observe(ev.PromptCached(0.0, a_old, None, 0))
@@ -220,7 +222,7 @@ def test_aging_does_not_override_the_fair_prefill_order_but_does_for_others():
     order would give the old one the budget; fair keeps its own order."""
     order_of = {}
     for cls in (FairScheduler, _AgingFair):
-        s = cls(max_wait_s=1.0)
+        s = cls(max_wait_s=1.0, shared_chunk_tokens=0)
         b, a = info(1, "b", n_in=1000), info(2, "a", n_in=100)
         admit(s, b)
         admit(s, a, now=50.0)                                    # a's start: b's start (0)
@@ -277,15 +279,16 @@ def fill(cache, tenant, ids, now):
 
 def expected_flood_evictions(flood, quiet, w_flood, w_quiet, h=0.05):
     """Flood blocks evicted before the first quiet one, per the documented rule (one block at a
-    time, shares re-checked after each eviction; within a group LRU, and quiet's are older)."""
+    time, shares of the pool re-checked after each eviction; within a group LRU, and quiet's are
+    older). The pool is the cache the scenario fills: flood + quiet blocks."""
     over: set = set()
     n = 0
+    pool = flood + quiet
     while flood > 0:
-        used = flood + quiet
         blocks = {"flood": flood, "quiet": quiet}
         w = {"flood": w_flood, "quiet": w_quiet}
-        over = {t for t in blocks if blocks[t] > used * w[t] / (w_flood + w_quiet)
-                or (t in over and blocks[t] > used * w[t] / (w_flood + w_quiet) * (1 - h))}
+        over = {t for t in blocks if blocks[t] > pool * w[t] / (w_flood + w_quiet)
+                or (t in over and blocks[t] > pool * w[t] / (w_flood + w_quiet) * (1 - h))}
         if "quiet" in over or "flood" not in over:
             return n
         flood -= 1
@@ -324,35 +327,35 @@ def test_plain_lru_would_evict_the_quiet_tenant_first():
 def test_the_flooding_tenant_is_evicted_until_within_its_share():
     evicted, log, pol = flood_scenario({})
     n = evicted.index("quiet")
-    assert n == expected_flood_evictions(16, 4, 1.0, 1.0) == 13
+    assert n == expected_flood_evictions(16, 4, 1.0, 1.0) == 7
     assert evicted[:n] == ["flood"] * n
-    # when the first quiet block goes, the flooding tenant holds no more than its share
+    # when the first quiet block goes, the flooding tenant holds no more than its share of the pool
     tenant, before = log[n]
-    assert before["flood"] <= (before["flood"] + before["quiet"]) / 2
+    assert before["flood"] <= 20 / 2
     assert pol.over == set() or "flood" not in pol.over
 
 
 def test_weights_scale_the_shares():
     evicted, log, _ = flood_scenario({"flood": 3.0})
     n = evicted.index("quiet")
-    assert n == expected_flood_evictions(16, 4, 3.0, 1.0) == 5
+    assert n == expected_flood_evictions(16, 4, 3.0, 1.0) == 2
     assert evicted[:n] == ["flood"] * n
     _, before = log[n]
-    assert before["flood"] <= 0.75 * (before["flood"] + before["quiet"])
+    assert before["flood"] <= 0.75 * 20
     # a heavier quiet tenant protects its blocks longer
     evicted, _, _ = flood_scenario({"quiet": 4.0})
-    assert evicted.index("quiet") == expected_flood_evictions(16, 4, 1.0, 4.0)
-    assert evicted.index("quiet") > 13
+    assert evicted.index("quiet") == expected_flood_evictions(16, 4, 1.0, 4.0) == 13
+    assert evicted.index("quiet") > 7
 
 
 def test_a_single_tenant_is_never_over_its_share():
     pol = TenantShares(Policy())
     cache = RadixKVCache(10, 0, pol, block_bytes=1)
     pol.attach(cache)
-    fill(cache, "a", [1, 2, 3, 4, 5], 0.0)
+    fill(cache, "a", [1, 2, 3, 4, 5, 6], 0.0)
     pol.observe(ev.BlocksEvicted(0.0, [], False))
     assert pol.over == set()
-    # a tenant with a call in flight and no blocks counts: "a" is now over its half
+    # a tenant with a call in flight and no blocks counts: "a" is now over its half of the pool
     epoch = pol.epoch
     pol.observe(ev.CallArrived(1.0, info(1, "b")))
     assert pol.over == {"a"} and pol.epoch == epoch + 1
@@ -446,6 +449,11 @@ class TenantBlocksMachine(CacheMachine):
             assert {t: n for t, n in tree.items() if n} == tb
             assert all(n >= 0 for n in self.cache.tenant_blocks.values())
             assert sum(self.cache.tenant_blocks.values()) == self.cache.gpu_used
+            # per-tenant reservations are the sum of that tenant's live leases' reservations
+            held: dict = {}
+            for lease, _ in self.admitted + self.running:
+                held[lease.tenant] = held.get(lease.tenant, 0) + lease.reserved
+            assert {t: n for t, n in self.cache.tenant_reserved.items() if n} == {t: n for t, n in held.items() if n}
 
 
 def _walk(root):
@@ -518,3 +526,105 @@ def test_fair_with_pbkv_aggressive_and_a_host_tier_runs():
     finally:
         src.close()
     assert doc["results"]["pbkv-aggressive"]["calls"] > 0
+
+
+# ------------------------------------------------------------------ shares count running requests' blocks
+def test_a_tenants_running_reservations_count_against_its_share():
+    pol = TenantShares(Policy())
+    cache = RadixKVCache(20, 0, pol, block_bytes=1)
+    pol.attach(cache)
+    fill(cache, "quiet", [1, 2, 3, 4], 0.0)
+    fill(cache, "flood", [100, 101, 102], 1.0)
+    pol.observe(ev.BlocksEvicted(1.0, [], False))
+    assert pol.over == set()                       # 3 cached blocks: well within half the pool
+    # a running flood request reserving 9 more blocks (its prompt to compute, its outputs)
+    lease = cache.acquire("flood", [200, 201, 202, 203, 204, 205], 6, 3, 2.0)
+    assert cache.tenant_reserved["flood"] == 9 and not cache.tenant_reserved.get("quiet")
+    pol.observe(ev.BlocksEvicted(2.0, [], False))
+    assert pol.over == {"flood"}                   # 3 + 9 = 12 > 10
+    # so the flood's own unlocked cache goes before the quiet tenant's older blocks
+    assert cache.peek_victims(1)[0].tenant == "flood"
+    cache.commit_prompt(lease, 3.0)
+    cache.release(lease)
+    assert cache.tenant_reserved["flood"] == 0
+    cache.check_invariants()
+
+
+# ------------------------------------------------------------------ bounded chunks while tenants share
+def live(s, tenant, rid, wf):
+    s.observe(ev.CallArrived(0.0, info(rid, tenant, wf=wf)))
+
+
+def test_prefill_cap_holds_back_all_but_the_least_served_tenant():
+    s = make_scheduler("fair", shared_chunk_tokens=1024)
+    assert s.prefill_cap("a", 8000) == 8000                 # nobody is open: no cap
+    live(s, "b", 1, "b/w")
+    assert s.prefill_cap("b", 8000) == 8000                 # one tenant alone: no cap
+    live(s, "b", 2, "b/w")
+    live(s, "a", 3, "a/w")                                  # a re-enters at the system's time
+    assert s.virtual["a"] < s.virtual["b"]
+    assert s.prefill_cap("a", 8000) == 8000                 # a is the least served
+    assert s.prefill_cap("b", 8000) == 1024
+    assert s.prefill_cap("b", 500) == 500                   # never more than the engine's budget
+    # b's workflows end: a alone again
+    s.observe(ev.WorkflowEnded(5.0, "b/w", "b"))
+    assert s.prefill_cap("a", 8000) == 8000
+
+
+def test_prefill_cap_zero_turns_it_off_and_bad_values_are_refused():
+    import pytest
+    s = make_scheduler("fair", shared_chunk_tokens=0)
+    live(s, "a", 1, "a/w")
+    live(s, "b", 2, "b/w")
+    assert s.prefill_cap("a", 8000) == s.prefill_cap("b", 8000) == 8000
+    for bad in (-1, 1.5, True, "2048"):
+        with pytest.raises(AgentrtError, match="shared_chunk_tokens"):
+            make_scheduler("fair", shared_chunk_tokens=bad)
+    assert make_scheduler("lpm").prefill_cap("a", 300) == 300
+
+
+def test_in_the_simulator_a_quiet_call_waits_out_a_capped_iteration_not_a_full_budget():
+    """b prefills a 60,000-token prompt while a's workflow is open (its first call ran at 0 s); a's
+    second call arrives at 0.5 s. Without the cap it waits out b's current 8,192-token iteration
+    and shares the next with b; with it, b's iterations hold at most 2,048 of b's tokens."""
+    big = [10_000 + j for j in range(60_000 // BS)]
+    calls = [Call(workflow="a/w", call=0, input_length=4 * BS, output_length=2, hash_ids=[1, 2, 3, 4],
+                  timestamp=0.0, after=(), last=False, tenant="a"),
+             Call(workflow="b/w", call=0, input_length=60_000, output_length=2, hash_ids=big,
+                  timestamp=0.0, after=(), last=True, tenant="b"),
+             Call(workflow="a/w", call=1, input_length=8 * BS, output_length=2, hash_ids=[1, 2, 3, 4, 5, 6, 7, 8],
+                  timestamp=0.5, after=(0,), last=True, tenant="a")]
+    ttft, b_ttft = {}, {}
+    for cap in (0, 2048):
+        cfg = EngineConfig(preset=PRESET, block_size=BS, gpu_blocks=20_000)
+        sim = Simulator(cfg, make_policy("lru"), iter(calls), scheduler=make_scheduler("fair", shared_chunk_tokens=cap))
+        m = sim.run()
+        ttft[cap] = m.tenants["a"].ttft[1]
+        b_ttft[cap] = m.tenants["b"].ttft[0]
+    cost = Simulator(EngineConfig(preset=PRESET, block_size=BS, gpu_blocks=20_000), make_policy("lru"), iter(())).cost
+    capped = cost.prefill(2048 + 8 * BS, 60_000)           # the longest iteration b may run now
+    assert ttft[2048] <= 2 * capped
+    assert ttft[0] > 2 * capped
+    # what b pays: the per-iteration overhead of running its prompt in more, shorter iterations
+    assert b_ttft[0] <= b_ttft[2048] <= 1.05 * b_ttft[0]
+
+
+def test_the_least_served_tenant_prefills_first_until_it_is_served_more():
+    s = FairScheduler()                                   # cap on (default): precedence on
+    b1, b2 = info(1, "b", n_in=1000 * BS), info(2, "b", n_in=1000 * BS)
+    admit(s, b1)
+    admit(s, b2)
+    a1, a2 = info(3, "a", n_in=10 * BS), info(4, "a", n_in=10 * BS)
+    admit(s, a1, now=1.0)
+    admit(s, a2, now=1.0)
+    assert s.least() == "a" and s.virtual["a"] < s.virtual["b"]
+    running = [(b1, 0.0, 600 * BS), (b2, 0.0, 1000 * BS), (a2, 1.0, 10 * BS), (a1, 1.0, 10 * BS)]
+    # both of a's calls go ahead of b1, whose next token the fair order alone would tag first
+    assert batch_order(s, running) == [3, 4, 1, 2]
+    assert s.prefill_cap("a", 8000) == 8000 and s.prefill_cap("b", 8000) == 512
+    # a sends far more than b: it loses precedence and the cap
+    for k in range(5):
+        admit(s, info(10 + k, "a", n_in=1000 * BS), now=2.0)
+    assert s.least() == "b"
+    assert batch_order(s, running) == [1, 2, 3, 4]
+    assert s.prefill_cap("a", 8000) == 512 and s.prefill_cap("b", 8000) == 8000

@@ -70,7 +70,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                train_fraction: float | None, predictor: Path | None, predictor_kind: str,
                predictor_noise: float, set_: list[str], scheduler: str, max_wait: float | None,
                max_hold: float | None, tenant_weights: str | None, replicas: int = 1,
-               router: str | None = None):
+               router: str | None = None, shared_chunk_tokens: int | None = None):
     """The bench run the command line asks for, with the defaults filled in and every value
     checked (`BenchSpec.validate`); nothing generated or replayed yet."""
     from agentrt.bench.runner import BenchOptions
@@ -115,7 +115,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                         time_scale=time_scale, train_path=str(train) if train else None,
                         policy_options=popts, scheduler=scheduler,
                         scheduler_options=scheduler_options(scheduler, max_wait, tenant_weights,
-                                                            max_hold))
+                                                            max_hold, shared_chunk_tokens))
     spec = BenchSpec(policies=names, trace=trace,
                      workload=(workload or defaults.RUN_WORKLOAD) if trace is None else None,
                      workflows=workflows, tool_scale=tool_scale, options=opts, json_path=json_path,
@@ -150,6 +150,7 @@ def bench(
     max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler starvation bound: a call waiting longer than this many seconds goes first (default 60)"),
     max_hold: Optional[float] = typer.Option(None, "--max-hold", help="schedulers that hold new workflows back (agent): the longest hold in seconds (default 600)"),
     tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,... (unnamed tenants weigh 1)"),
+    shared_chunk_tokens: Optional[int] = typer.Option(None, "--shared-chunk-tokens", help="fair scheduler: while tenants share, each iteration's prefill of all but the least-served tenant is capped at this many tokens (default 512; 0: no cap)"),
     replicas: int = typer.Option(1, "--replicas", help="simulate this many replicas (each with --gpu-blocks) behind --router"),
     router: Optional[str] = typer.Option(None, "--router", help="with --replicas N: how calls are spread (see `agentrt routers`; default agent)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
@@ -170,7 +171,8 @@ def bench(
                       train=train, train_fraction=train_fraction, predictor=predictor,
                       predictor_kind=predictor_kind, predictor_noise=predictor_noise, set_=set_,
                       scheduler=scheduler, max_wait=max_wait, max_hold=max_hold,
-                      tenant_weights=tenant_weights, replicas=replicas, router=router)
+                      tenant_weights=tenant_weights, replicas=replicas, router=router,
+                      shared_chunk_tokens=shared_chunk_tokens)
     if engine == "vllm":
         doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir)
     else:

@@ -98,7 +98,7 @@ def parse_policy_options(items: list[str], policies: list[str]) -> dict:
 
 
 def scheduler_options(name: str, max_wait: float | None, tenant_weights: str | None,
-                      max_hold: float | None = None) -> dict:
+                      max_hold: float | None = None, shared_chunk_tokens: int | None = None) -> dict:
     """Check `--scheduler` and its options before any replay; the scheduler's keyword options."""
     from agentrt.sched.registry import make_scheduler
     opts: dict = {}
@@ -112,6 +112,12 @@ def scheduler_options(name: str, max_wait: float | None, tenant_weights: str | N
         if name != "fair":
             raise AgentrtError("--tenant-weights applies to --scheduler fair only")
         opts["weights"] = tenant_weights
+    if shared_chunk_tokens is not None:
+        if name != "fair":
+            raise AgentrtError("--shared-chunk-tokens applies to --scheduler fair only")
+        if shared_chunk_tokens < 0:
+            raise AgentrtError(f"--shared-chunk-tokens must be >= 0 (0: no cap), got {shared_chunk_tokens}")
+        opts["shared_chunk_tokens"] = shared_chunk_tokens
     make_scheduler(name, **opts)
     return opts
 

@@ -32,8 +32,10 @@ class DecodeGrowth:
                 return False
             self.evict(total - free)
         self.reserved += total
+        tr = self.tenant_reserved
         for lease, n in wants:
             lease.reserved += n
+            tr[lease.tenant] += n
         return True
 
     def cache_output(self, lease: Lease, hash_ids: list[int]) -> Block:
@@ -67,6 +69,7 @@ class DecodeGrowth:
         tb[lease.tenant] = tb.get(lease.tenant, 0) + created
         self.locked_gpu += created
         self.reserved -= created
+        self.tenant_reserved[lease.tenant] -= created
         lease.reserved -= k
         lease.node = node
         lease.depth += k

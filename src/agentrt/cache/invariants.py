@@ -53,6 +53,9 @@ def check_cache(cache: "RadixKVCache") -> None:
     assert cache.host_used == host, f"host_used {cache.host_used} != {host} host blocks in the tree"
     assert cache.locked_gpu == locked, f"locked_gpu {cache.locked_gpu} != {locked}"
     assert cache.reserved >= 0, f"negative reservation {cache.reserved}"
+    assert sum(cache.tenant_reserved.values()) == cache.reserved, (
+        f"tenant_reserved {cache.tenant_reserved} does not add up to reserved {cache.reserved}")
+    assert min(cache.tenant_reserved.values(), default=0) >= 0, f"negative reservation {cache.tenant_reserved}"
     assert cache.gpu_used + cache.reserved <= cache.gpu_capacity, (
         f"GPU over capacity: {cache.gpu_used} cached + {cache.reserved} reserved > {cache.gpu_capacity}")
     assert cache.host_used <= cache.host_capacity, (

@@ -70,6 +70,7 @@ class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
         self.tenant_blocks: dict[str, int] = {}   # the same, per tenant
         self.host_used = 0
         self.reserved = 0          # GPU blocks held by running requests, not (yet) in the tree
+        self.tenant_reserved: dict[str, int] = {}  # the same, per tenant
         self.locked_gpu = 0        # GPU blocks with lock_ref > 0
         self.touch_clock = 0
         self._heap: list = []
@@ -167,6 +168,8 @@ class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
         if self.host_used > self.host_capacity:
             self._evict_host(self.host_used - self.host_capacity)
         self.reserved += need - n_host
+        tr = self.tenant_reserved
+        tr[tenant] = tr.get(tenant, 0) + need - n_host
         return Lease(tenant=tenant, hash_ids=hash_ids, n_full=n_full, node=node, gpu_hit=gpu_hit,
                      host_hit=n_host, reserved=need - n_host, depth=gpu_hit + n_host)
 
@@ -233,6 +236,7 @@ class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
         tb[lease.tenant] = tb.get(lease.tenant, 0) + created
         self.locked_gpu += created
         self.reserved -= created
+        self.tenant_reserved[lease.tenant] -= created
         inserted = end - start if end > start else 0
         lease.reserved -= inserted
         lease.depth += inserted
@@ -253,6 +257,7 @@ class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
         if output_hash_ids:
             self.cache_output(lease, output_hash_ids)
         self.reserved -= lease.reserved
+        self.tenant_reserved[lease.tenant] -= lease.reserved
         lease.reserved = 0
         self._unlock_path(lease.node)
         lease.released = True
@@ -278,6 +283,7 @@ class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
             # a concurrent request inserted the same block first: share it, return our reservation
             pass
         self.reserved -= 1
+        self.tenant_reserved[parent.tenant] -= 1
         if locked:
             if child.lock_ref == 0:
                 self.locked_gpu += 1

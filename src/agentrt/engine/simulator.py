@@ -227,9 +227,20 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
         budget = self.config.max_batch_tokens - tokens
         chunks = []
         if budget > 0:
+            caps = {} if self._shapes else None    # tenant -> prefill tokens it may still take
             for r in (self._prefill_order() if self._shapes else self.running):
                 if r.state == PREFILL:
                     n = r.prefill_left if r.prefill_left < budget else budget
+                    if caps is not None:
+                        t = r.info.tenant
+                        left = caps.get(t)
+                        if left is None:
+                            left = self.sched.prefill_cap(t, budget)
+                        if n > left:
+                            n = left
+                        caps[t] = left - n
+                        if n <= 0:
+                            continue
                     chunks.append((r, n))
                     tokens += n
                     pairs += n * (r.context + (n + 1) / 2.0)

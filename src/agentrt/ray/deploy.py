@@ -22,7 +22,11 @@ Model
   (`router.py`) picks the replica. Its reply carries the replica's name in `x-agentrt-replica`,
   the workflow key (URL-quoted) and the prompt's token count as the router saw them; `GET /agentrt/router`
   returns the router's per-replica mirror figures (events received, blocks resident, gaps).
-  Streaming (`"stream": true`) is refused with a 400: this recipe forwards whole responses.
+  Streaming (`"stream": true`) goes through the handle as a Serve streaming call
+  (`VLLMReplica.stream`): the replica yields vLLM's status first, then its server-sent-event
+  bytes as they arrive, and the ingress returns them as they come with the same headers. An
+  upstream error (status not 200) is returned whole, as JSON. A client that disconnects cancels
+  the streaming call, so the replica stops reading from vLLM.
 Everything listens on 127.0.0.1 unless told otherwise.
 """
 
@@ -38,7 +42,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 from ray.serve.handle import DeploymentHandle
@@ -124,6 +128,13 @@ class VLLMReplica:
             payload = {"error": {"message": r.text, "type": "UpstreamError", "code": r.status_code}}
         return r.status_code, payload, self.name
 
+    async def stream(self, call: AgentCall):
+        """A streaming call: (status, replica name) first, then the upstream's bytes as they come."""
+        async with self.client.stream("POST", call.path, json=call.body) as r:
+            yield r.status_code, self.name
+            async for chunk in r.aiter_raw():
+                yield chunk
+
     async def reset_prefix_cache(self) -> bool:
         """Empty vLLM's prefix cache (needs VLLM_SERVER_DEV_MODE=1 in the engine's environment)."""
         r = await self.client.post("/reset_prefix_cache")
@@ -138,6 +149,17 @@ class VLLMReplica:
             self.server.stop()
             if self.work is not None:
                 shutil.rmtree(self.work, ignore_errors=True)
+
+
+# defined before the ingress class: Serve pickles its routes when the class is decorated
+def _headers(call: AgentCall, replica: str) -> dict:
+    return {"x-agentrt-replica": replica, "x-agentrt-workflow": quote(call.workflow, safe=""),
+            "x-agentrt-prompt-tokens": str(call.prompt_tokens)}
+
+
+def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "BadRequestError", "param": param,
+                                   "code": status}}, status_code=status)
 
 
 api = FastAPI()
@@ -171,8 +193,6 @@ class Ingress:
             return _error(400, f"the body is not valid JSON: {e}")
         if not isinstance(body, dict):
             return _error(400, "the body must be a JSON object")
-        if body.get("stream"):
-            return _error(400, "streaming is not supported by the agentrt Ray Serve recipe", "stream")
         key = "messages" if path == CHAT else "prompt"
         if key not in body:
             return _error(400, f"'{key}' is required", key)
@@ -180,21 +200,43 @@ class Ingress:
             call = self.prep.prepare(path, body, {k.lower(): v for k, v in request.headers.items()})
         except RequestError as e:
             return _error(e.status, e.message, e.param)
+        if body.get("stream") is True:
+            return await self._stream(call)
         status, payload, replica = await self.engine.remote(call)
-        return JSONResponse(payload, status_code=status, headers={
-            "x-agentrt-replica": replica, "x-agentrt-workflow": quote(call.workflow, safe=""),
-            "x-agentrt-prompt-tokens": str(call.prompt_tokens)})
+        return JSONResponse(payload, status_code=status, headers=_headers(call, replica))
+
+    async def _stream(self, call: AgentCall):
+        gen = self.engine.options(stream=True, method_name="stream").remote(call)
+        try:
+            status, replica = await gen.__anext__()
+        except BaseException:
+            gen.cancel()
+            raise
+        if status != 200:
+            data = b"".join([chunk async for chunk in gen])
+            try:
+                payload = json.loads(data)
+            except ValueError:
+                payload = {"error": {"message": data.decode(errors="replace"), "type": "UpstreamError",
+                                     "code": status}}
+            return JSONResponse(payload, status_code=status, headers=_headers(call, replica))
+
+        async def relay():
+            done = False
+            try:
+                async for chunk in gen:
+                    yield chunk
+                done = True
+            finally:
+                if not done:            # the client went away: stop the replica reading vLLM
+                    gen.cancel()
+        return StreamingResponse(relay(), media_type="text/event-stream", headers=_headers(call, replica))
 
     @api.get("/agentrt/router")
     async def router_stats(self) -> list:
         """The mirror and router figures of this process's agentrt request routers."""
         from agentrt.ray.router import LIVE
         return [r.stats() for r in list(LIVE)]
-
-
-def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "BadRequestError", "param": param,
-                                   "code": status}}, status_code=status)
 
 
 def router_config(router: str = "agent", router_options: dict | None = None, block_size: int = 32,

@@ -97,6 +97,12 @@ class Scheduler:
         """Sort key of an admitted call that still prefills (only with `shapes_batch`)."""
         return arrival
 
+    def prefill_cap(self, tenant: str, budget: int) -> int:
+        """Prefill tokens the tenant's calls may compute together in the next iteration, given
+        the engine's `budget` (its token budget less the decode steps); asked once per tenant
+        per iteration, only with `shapes_batch`. Default: all of it."""
+        return budget
+
     # ------------------------------------------------------------------ used by engines
     def aged(self, arrival: float, now: float) -> bool:
         return now - arrival > self.max_wait_s

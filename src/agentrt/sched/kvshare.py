@@ -1,12 +1,17 @@
 """Weighted per-tenant shares of the KV cache, as a wrapper around any eviction policy.
 
-Model: the cached (unlocked or locked) GPU blocks are shared by tenant weight among the tenants
-that hold blocks or have calls in flight. While a tenant holds more than its share of the blocks
-in the cache, its blocks rank before every other tenant's (`score` = (within share, inner
-score)); within each group the wrapped policy's order holds. A tenant is over its share from
-above `share` until it falls below `share * (1 - hysteresis)`, so membership (an epoch bump: the
-cache re-ranks once) changes rarely. Shares are re-checked on every engine event, from the
-cache's per-tenant block counts (`RadixKVCache.tenant_blocks`), never from the clock. A
+Model: the GPU pool is shared by tenant weight among the tenants that hold blocks or have calls
+in flight: a tenant's share is `capacity * weight / total weight`, and what it holds is its
+blocks in the cache tree (locked or not) plus the blocks its running requests hold outside the
+tree (partial and output blocks, `RadixKVCache.tenant_reserved`). While a tenant holds more than
+its share, its blocks rank before every other tenant's (`score` = (within share, inner score));
+within each group the wrapped policy's order holds. Shares are of the pool, not of what is
+cached, so a tenant whose demand is below its share keeps all of it (max-min fairness): a burst
+that churns its own cache never shrinks a quiet tenant's share, and running requests' blocks
+count against their own tenant. A tenant is over its share from above `share` until it falls
+below `share * (1 - hysteresis)`, so membership (an epoch bump: the cache re-ranks once) changes
+rarely. Shares are re-checked on every engine event, from the cache's per-tenant counts, never
+from the clock. A
 prefetch's `evict_below` bound is translated into the wrapper's key space: it may evict blocks
 of a tenant over its share, and other blocks only below the wrapped policy's bound.
 """
@@ -81,7 +86,9 @@ class TenantShares(Policy):
     def _recheck(self) -> None:
         if self.cache is None:
             return
-        blocks = self.cache.tenant_blocks
+        cache = self.cache
+        blocks = cache.tenant_blocks
+        reserved = cache.tenant_reserved
         active = {t for t, n in blocks.items() if n > 0}
         active.update(self.inflight)
         if len(active) < 2:
@@ -89,12 +96,12 @@ class TenantShares(Policy):
                 self.over = set()
                 self._bumps += 1
             return
-        used = sum(blocks.values())
+        pool = cache.gpu_capacity
         total_w = sum(self.weights.get(t, 1.0) for t in active)
         over = set()
         for t in active:
-            share = used * self.weights.get(t, 1.0) / total_w
-            n = blocks.get(t, 0)
+            share = pool * self.weights.get(t, 1.0) / total_w
+            n = blocks.get(t, 0) + reserved.get(t, 0)
             if n > share or (t in self.over and n > share * (1.0 - self.hysteresis)):
                 over.add(t)
         if over != self.over:
