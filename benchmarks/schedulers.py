@@ -3,6 +3,7 @@
     python benchmarks/schedulers.py                       # all parts (about 30-45 min on 2 cores)
     python benchmarks/schedulers.py --part table --workloads coding
     python benchmarks/schedulers.py --part tenants
+    python benchmarks/schedulers.py --part bounds     # the isolated E2E bound of each workload
 
 Every figure is an `agentrt bench` run on a generated trace with Poisson workflow arrivals on the
 prefill-heavy preset (qwen3-32b-h200, its full KV memory); each row names its commands.
@@ -12,6 +13,9 @@ prefill-heavy preset (qwen3-32b-h200, its full KV memory); each row names its co
   below FCFS + LRU's knee and past it.
 - Table: every scheduler with lru, pbkv-lae and pbkv-ta at each operating point: hit rate, TTFT
   p50/p99, E2E mean/p50/p99, and the longest queue wait of any call (the starvation check).
+- Isolated bound: each workflow alone on the replica with a cache that never evicts (closed loop,
+  one workflow at a time): a lower bound on the mean E2E any scheduler and eviction policy can
+  give the same workflows (`isolated_bound`), shown as a row and a column of every table.
 - Goodput: the highest rate of a grid (x0.5 ... x1.5 of the sustainable rate) at which a pair's
   p90 TTFT stays within the SLO (default 2 s, an interactive agent step).
 - Tenants: tenant A alone at a rate, alone with half the GPU pool (its equal share), then with
@@ -151,24 +155,54 @@ def table_part(workload: str, loads: list[float], slo: float, tmp: Path, log, ol
     return out
 
 
+def isolated_bound(workload: str, n: int, tmp: Path, log) -> dict:
+    """Each workflow alone on the replica (closed loop, one at a time, in trace order) with a cache
+    that never evicts: every call runs in a batch of its own and hits whatever any earlier call
+    computed. Its E2E is a lower bound on what any scheduler and eviction policy can give the same
+    scored workflows, up to one caveat: in a shared run a workflow may hit a prefix that a
+    later-starting workflow computed first. Arrival times do not matter (one at a time), so one
+    run serves every operating point."""
+    path, gen_cmd = generate(workload, 0.01, n, tmp)
+    tokens = 0
+    with open(path) as f:
+        next(f)
+        for line in f:
+            c = json.loads(line)
+            tokens += c["input_length"] + c["output_length"]
+    blocks = tokens // 16 + 1                 # more than the whole trace: nothing is ever evicted
+    doc, cmd = bench(path, ["lru"], "fcfs", tmp, ["--gpu-blocks", str(blocks), "--concurrency", "1"])
+    r = doc["results"]["lru"]
+    log(f"  {workload} isolated bound: E2E mean {r['e2e_mean_s']:.0f}s p99 {r['e2e_p99_s']:.0f}s")
+    return {"generate": gen_cmd, "command": cmd, **{k: r[k] for k in (
+        "hit_rate", "ttft_p50_s", "ttft_p99_s", "e2e_mean_s", "e2e_p50_s", "e2e_p99_s")}}
+
+
 def table_md(workload: str, d: dict, slo: float) -> str:
     parts = []
     good = d.get("goodput", {})
     for key, pt in sorted(d["points"].items(), key=lambda kv: float(kv[0])):
         base = pt["rows"]["fcfs+lru"]
+        iso = d.get("isolated")
         lines = [f"#### {workload}: {d['workflows']} workflows at {pt['rate']:.5f} workflows/s "
                  f"({pt['load']:.0%} of FCFS + LRU's sustainable {d['sustainable_rate']:.5f}/s)\n",
                  "| scheduler + eviction | hit % | TTFT p50 s | TTFT p99 s | E2E mean s | E2E p50 s | E2E p99 s "
-                 "| E2E mean vs FCFS+LRU | longest wait s | goodput wf/s |",
-                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                 "| E2E mean vs FCFS+LRU | E2E mean / isolated bound | longest wait s | goodput wf/s |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for k, r in pt["rows"].items():
             g = good.get(k)
+            vs_iso = f"{r['e2e_mean_s'] / iso['e2e_mean_s']:.2f}x" if iso else "-"
             lines.append(f"| {k} | {100 * r['hit_rate']:.1f} | {r['ttft_p50_s']:.2f} | {r['ttft_p99_s']:.2f} | "
                          f"{r['e2e_mean_s']:.0f} | {r['e2e_p50_s']:.0f} | {r['e2e_p99_s']:.0f} | "
-                         f"{base['e2e_mean_s'] / r['e2e_mean_s']:.2f}x | {r['wait_max_s']:.0f} | "
+                         f"{base['e2e_mean_s'] / r['e2e_mean_s']:.2f}x | {vs_iso} | {r['wait_max_s']:.0f} | "
                          + (f"{g:.5f}" if g is not None else "-") + " |")
+        if iso:
+            lines.append(f"| isolated bound | {100 * iso['hit_rate']:.1f} | {iso['ttft_p50_s']:.2f} | "
+                         f"{iso['ttft_p99_s']:.2f} | {iso['e2e_mean_s']:.0f} | {iso['e2e_p50_s']:.0f} | "
+                         f"{iso['e2e_p99_s']:.0f} | {base['e2e_mean_s'] / iso['e2e_mean_s']:.2f}x | 1.00x | - | - |")
         lines.append(f"\n`{pt['generate']}`; per scheduler: `{pt['command']}` (with `--scheduler` set to "
-                     "each name).\n")
+                     "each name)." + (f" Isolated bound (each workflow alone, a cache that never evicts; "
+                     f"any rate gives the same workflows): `{iso['generate']}`, `{iso['command']}`." if iso else "")
+                     + "\n")
         parts.append("\n".join(lines))
     if good:
         g0 = good.get("fcfs+lru") or 0.0
@@ -318,7 +352,7 @@ def legacy(d: dict | None) -> dict | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["table", "tenants", "all"], default="all")
+    ap.add_argument("--part", choices=["table", "bounds", "tenants", "all"], default="all")
     ap.add_argument("--workloads", default="coding,swebench,mix")
     ap.add_argument("--loads", default="0.8,1.2", help="operating points, as fractions of the sustainable rate")
     ap.add_argument("--no-goodput", action="store_true")
@@ -341,6 +375,10 @@ def main() -> None:
                                                  not a.no_goodput)
                 if not a.no_docs:          # keep what finished if a later part fails
                     path.write_text(json.dumps(doc, indent=1))
+        if a.part in ("bounds", "all"):
+            for w in a.workloads.split(","):
+                if w in doc.get("workloads", {}):
+                    doc["workloads"][w]["isolated"] = isolated_bound(w, WORKFLOWS.get(w, 150), tmp, log)
         if a.part in ("tenants", "all"):
             doc["tenants"] = tenants_part(a.tenant_workload, 1.2, 5.0, 30, tmp, log)
     if a.no_docs:                          # a trial: print only, leave docs/ as it is

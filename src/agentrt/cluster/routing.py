@@ -73,6 +73,9 @@ class ReplicaView(Protocol):
 
     @property
     def free_blocks(self) -> int:
+        """GPU blocks neither cached nor held by running requests: exact in the simulator; from a
+        KV-event mirror, capacity minus the blocks seen stored and not removed minus those it
+        expects routed calls to store (an estimate). No built-in router reads it."""
         ...
 
     @property
