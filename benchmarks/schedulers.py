@@ -4,6 +4,7 @@
     python benchmarks/schedulers.py --part table --workloads coding
     python benchmarks/schedulers.py --part tenants
     python benchmarks/schedulers.py --part bounds     # the isolated E2E bound of each workload
+    python benchmarks/schedulers.py --part refine     # goodput of the best pairs by bisection
 
 Every figure is an `agentrt bench` run on a generated trace with Poisson workflow arrivals on the
 prefill-heavy preset (qwen3-32b-h200, its full KV memory); each row names its commands.
@@ -136,6 +137,34 @@ def goodput_part(workload: str, n: int, mu: float, slo: float, tmp: Path, log) -
     return {"grid": grid, "goodput": good}
 
 
+def refine_goodput(workload: str, d: dict, slo: float, tmp: Path, log, steps: int = 4) -> dict:
+    """FCFS + LRU's and the best pairs' goodput, refined by bisection between the grid's highest
+    passing rate and the next rate of the grid (`steps` probes; assumes p90 TTFT rises with the
+    rate, which the grid only samples)."""
+    good, n = d["goodput"], d["workflows"]
+    rates = sorted(pt["rate"] for pt in d["goodput_grid"])
+    best = max(good.values())
+    out: dict = {}
+    for k in ["fcfs+lru"] + [k for k, v in good.items() if v == best and k != "fcfs+lru"]:
+        lo = good[k]
+        if lo <= 0 or lo >= rates[-1]:
+            out[k] = {"rate": lo, "probes": [], "command": None}
+            continue
+        hi = min(r for r in rates if r > lo)
+        sched, pol = k.split("+")
+        probes, cmd = [], None
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            path, gen_cmd = generate(workload, mid, n, tmp)
+            doc, cmd = bench(path, [pol], sched, tmp)
+            p90 = doc["results"][pol]["ttft_p90_s"]
+            probes.append([mid, p90])
+            lo, hi = (mid, hi) if p90 <= slo else (lo, mid)
+        out[k] = {"rate": lo, "probes": probes, "command": cmd}
+        log(f"  {workload} goodput of {k} refined: {lo:.5f}/s (" + ", ".join(f"{r:.5f}: {t:.2f}s" for r, t in probes) + ")")
+    return out
+
+
 def table_part(workload: str, loads: list[float], slo: float, tmp: Path, log, old: dict | None,
                with_goodput: bool) -> dict:
     n = WORKFLOWS.get(workload, 150)
@@ -212,6 +241,17 @@ def table_md(workload: str, d: dict, slo: float) -> str:
                      + ", ".join(f"{k} {v:.5f}" for k, v in good.items()) + f"; best {best[0]}"
                      + (f" = {best[1] / g0:.2f}x FCFS + LRU" if g0 else " (FCFS + LRU meets the SLO at no rate of the grid)")
                      + ".\n")
+        ref = d.get("goodput_refined")
+        if ref and ref.get("fcfs+lru", {}).get("rate"):
+            r0 = ref["fcfs+lru"]["rate"]
+            top = max(ref.items(), key=lambda kv: kv[1]["rate"])
+            cmd = next((v["command"] for v in ref.values() if v["command"]), "")
+            parts.append(f"Refined by bisection (4 probes between each pair's highest passing grid rate and the next "
+                         f"grid rate; it assumes p90 TTFT rises with the rate): "
+                         + ", ".join(f"{k} {v['rate']:.5f}" for k, v in ref.items())
+                         + f"; best {top[0]} = {top[1]['rate'] / r0:.2f}x FCFS + LRU. Each probe is "
+                         f"`agentrt generate {workload} --workflows {d['workflows']} --seed 0 --rate RATE` and a bench "
+                         f"run of one pair, e.g. `{cmd}`; docs/results/schedulers.json lists every probe.\n")
     return "\n".join(parts)
 
 
@@ -352,7 +392,7 @@ def legacy(d: dict | None) -> dict | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["table", "bounds", "tenants", "all"], default="all")
+    ap.add_argument("--part", choices=["table", "bounds", "refine", "tenants", "all"], default="all")
     ap.add_argument("--workloads", default="coding,swebench,mix")
     ap.add_argument("--loads", default="0.8,1.2", help="operating points, as fractions of the sustainable rate")
     ap.add_argument("--no-goodput", action="store_true")
@@ -375,6 +415,10 @@ def main() -> None:
                                                  not a.no_goodput)
                 if not a.no_docs:          # keep what finished if a later part fails
                     path.write_text(json.dumps(doc, indent=1))
+        if a.part in ("refine", "all"):
+            for w in a.workloads.split(","):
+                if doc.get("workloads", {}).get(w, {}).get("goodput"):
+                    doc["workloads"][w]["goodput_refined"] = refine_goodput(w, doc["workloads"][w], a.slo, tmp, log)
         if a.part in ("bounds", "all"):
             for w in a.workloads.split(","):
                 if w in doc.get("workloads", {}):

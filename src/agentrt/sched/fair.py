@@ -31,7 +31,9 @@ Model
   mid-iteration then waits out at most that many of a burst's prefill tokens instead of a full
   token budget (8,192 tokens: about a second on a 32B model), its prefill runs at the rate it has
   alone, and its decode steps are not stretched by a burst's long chunks. Precedence moves with
-  the virtual clocks, so a tenant that takes more than its share loses it. In the cost model
+  the virtual clocks (charged at each call's arrival), so a tenant that takes more than its share
+  loses it: another tenant's prefill waits at most for the calls the least-served tenant sent
+  before its clock passed the other's. In the cost model
   (`engine/costs.py`) smaller chunks cost only the per-iteration overhead while they stay
   compute-bound; on real GPUs they also run at a lower MFU. The default, 512 tokens, is the
   token budget Sarathi-Serve (OSDI '24) runs under a strict decode-latency SLO (2,048 under a
