@@ -137,3 +137,17 @@ def test_declares_itself(name):
     assert cls.name == name and cls.description
     rt = AgentRuntime(make_policy(name))
     assert rt.policy.runtime is rt
+
+
+@pytest.mark.parametrize("host_blocks", [0, 80])
+def test_pbkv_ta_with_tail_survival_keeps_the_contract(host_blocks):
+    """The experimental option (off by default) under the same checks: no locked block evicted,
+    invariants hold, and the replay is deterministic."""
+    hits = []
+    for _ in range(2):
+        sim, m, violations = simulate("pbkv-ta", agent_trace(1), host_blocks=host_blocks, tails=True)
+        assert violations == []
+        sim.cache.check_invariants()
+        assert m.calls == len(agent_trace(1)) and sim.cache.locked_gpu == 0
+        hits.append(m.gpu_hit_tokens)
+    assert hits[0] == hits[1]

@@ -131,3 +131,50 @@ def test_untag_dead_branch_stops_at_the_common_ancestor_and_keeps_other_threads(
     assert old[2].meta is None
     assert type(old[1].meta) is BlockTag and list(old[1].meta.threads) == [other]
     assert old[0].meta is th and new[1].meta is th
+
+
+# ------------------------------------------------------------------ tail survival
+def test_dropped_counts_the_end_of_the_path_a_prompt_does_not_share():
+    from agentrt.policies.timing import _dropped
+    root = Block(-1, None, GPU, "default")
+    leaf = _chain(root, [1, 2, 3, 4])[-1]
+    assert leaf.level == 4 and leaf.parent.level == 3 and root.level == 0
+    assert _dropped(leaf, [1, 2, 3, 4, 5]) == 0          # the next prompt extends the path
+    assert _dropped(leaf, [1, 2, 9]) == 2                 # it rewrote the last two blocks
+    assert _dropped(leaf, [8]) == 4
+
+
+def test_tail_kept_is_the_share_of_drops_no_longer_than_the_distance():
+    from agentrt.policies.timing import _Tail
+    t = _Tail(keep=4)
+    for n in (0, 2, 2, 5):
+        t.add(n)
+    assert t.kept(0) == 0.25 and t.kept(1) == 0.25 and t.kept(2) == 0.75 and t.kept(5) == 1.0
+    assert t.kept(-1) == 1.0
+    t.add(9)                                               # the oldest (0) leaves the window
+    assert t.kept(0) == 0.0 and t.kept(8) == 0.75
+
+
+def test_with_tails_a_rewritten_tail_goes_before_a_thread_that_only_appends():
+    """Agents a and c are equally likely next and equally timed; a's next prompt always rewrites
+    the last two blocks of its previous path (a ledger), c's only appends. Without tails the two
+    live threads tie and recency decides: c's older leaf goes first. With tails a's two tail
+    blocks, which its next call will not read, go first."""
+    first = {}
+    for tails in (False, True):
+        p = PBKVTimePolicy(predictor=Fixed(["a", "c"], [0.45, 0.45]), tails=tails)
+        rt, cache = setup(p)
+        for wf, agent, base in (("ha", "a", 500), ("hc", "c", 600)):
+            prev = [base]
+            for k in range(3):           # a: keep [base], rewrite two; c: append two
+                new = [base + 10 * k + 1, base + 10 * k + 2]
+                ids = [base] + new if agent == "a" else prev + new
+                call(rt, cache, wf, agent, ids, 2.0 * k, 2.0 * k + 1.0)
+                prev = ids
+            rt.observe(ev.WorkflowEnded(6.0, wf, "default"))
+        call(rt, cache, "wc", "c", [21, 22, 23, 24], 10.0, 11.0)
+        call(rt, cache, "wa", "a", [1, 2, 3, 4], 10.0, 11.0)
+        p._refresh()
+        live = [b.hash for b in cache.peek_victims(cache.gpu_used) if b.hash in (4, 24)]
+        first[tails] = live[0]
+    assert first == {False: 24, True: 4}

@@ -19,7 +19,7 @@ TIER_NAMES = {GONE: "gone", GPU: "gpu", HOST: "host"}
 
 class Block:
     __slots__ = ("hash", "parent", "children", "tier", "lock_ref", "gpu_children",
-                 "last_touch", "heap_seq", "host_seq", "tenant", "meta")
+                 "last_touch", "heap_seq", "host_seq", "tenant", "meta", "level")
 
     def __init__(self, hash_id: int, parent: "Block | None", tier: int, tenant: str) -> None:
         self.hash = hash_id
@@ -33,6 +33,7 @@ class Block:
         self.host_seq = 0            # same for the host heap
         self.tenant = tenant
         self.meta: object = None
+        self.level = 0 if parent is None else parent.level + 1   # = depth, kept (blocks never move)
 
     @property
     def depth(self) -> int:

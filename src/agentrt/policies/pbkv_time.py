@@ -33,6 +33,13 @@ NSDI 2018), estimated from the runtime's knowledge of agents:
 - Dead branches. When a thread's history is rewritten (compaction, a window, a dropped attempt),
   the runtime untags the branch it left (`runtime/branches.py`): those blocks no live thread will
   read go with the retired ones.
+- Tail survival (option `tails`, off by default until every table is re-run with it; measured by
+  `benchmarks/tails.py`). Many agents' next prompt drops the last blocks of their previous call (a
+  ledger rewritten each step, an answer summarised rather than quoted); the dead-branch rule
+  retires them only once that call arrives. With `tails`, each agent's dropped-tail lengths are
+  learned online (when a thread's next call arrives: blocks at the end of its previous path the
+  new prompt does not share), and a block j blocks above its thread's leaf counts that thread's
+  density times P(dropped <= j), the chance the next call still reads it.
 - Prefetch as `pbkv` (conservative), ranked by the same predictor.
 The keys depend on `now` (the latest event's time); they are refreshed once per event (epoch),
 within the cache's contract. Without a trained predictor every thread density is 0 and the policy
@@ -41,54 +48,13 @@ is PBKV-LAE with anchors kept by their agents' call rates.
 
 from __future__ import annotations
 
-import bisect
-from collections import deque
-
 import numpy as np
 
 from agentrt.policies.pbkv import PBKVPolicy
+from agentrt.policies.timing import TINY, _dropped, _Durations, _Tail
 from agentrt.runtime import events as ev
 from agentrt.runtime.state import threads_of
 
-TINY = 1e-6   # seconds: floor of an expected residency (a use due now is not infinitely dense)
-
-
-class _Durations:
-    """The latest `keep` observed durations of one kind: their mean, and the mean residual time
-    E[D - e | D > e] after `e` seconds have already passed (heavy-tailed tool waits: a call that
-    has waited long is likely to wait longer, so "overdue" never means "due now")."""
-
-    __slots__ = ("recent", "ordered", "sums", "keep", "n")
-
-    def __init__(self, keep: int = 512) -> None:
-        self.recent: deque[float] = deque()
-        self.ordered: list[float] = []
-        self.sums: np.ndarray | None = None     # suffix sums of `ordered`, rebuilt lazily
-        self.keep = keep
-        self.n = 0
-
-    def add(self, x: float) -> None:
-        self.recent.append(x)
-        bisect.insort(self.ordered, x)
-        if len(self.recent) > self.keep:
-            old = self.recent.popleft()
-            del self.ordered[bisect.bisect_left(self.ordered, old)]
-        self.sums = None
-        self.n += 1
-
-    def mean(self, default: float) -> float:
-        return self.residual(0.0, default)
-
-    def residual(self, elapsed: float, default: float) -> float:
-        o = self.ordered
-        if not o:
-            return default
-        if self.sums is None:
-            self.sums = np.concatenate((np.cumsum(o[::-1])[::-1], [0.0]))
-        i = bisect.bisect_right(o, elapsed)
-        if i == len(o):          # longer than anything seen: expect as long again (no data says less)
-            return elapsed
-        return float(self.sums[i]) / (len(o) - i) - elapsed
 
 
 class PBKVTimePolicy(PBKVPolicy):
@@ -98,8 +64,10 @@ class PBKVTimePolicy(PBKVPolicy):
 
     untags_dead_branches = True
 
-    def __init__(self, **options) -> None:
+    def __init__(self, tails: bool = False, **options) -> None:
         super().__init__(**options)
+        self.tails = bool(tails)
+        self._tail: dict[tuple[str, str], _Tail] = {}     # agent -> blocks its next call drops
         self.now = 0.0
         self._svc: dict[tuple[str, str], _Durations] = {}          # arrival -> finish
         self._gap: dict[tuple[str, str, bool], _Durations] = {}    # finish -> next call, by tool flag
@@ -135,6 +103,8 @@ class PBKVTimePolicy(PBKVPolicy):
             self._gap_all.add(gap)
         wf = self.runtime.workflows.get(info.workflow)
         th = wf.threads.get(info.agent) if wf is not None else None
+        if self.tails and th is not None and th.calls > 1 and th.last_node is not None:
+            self._tail.setdefault(key, _Tail()).add(_dropped(th.last_node, info.hash_ids))
         if th is not None and th.calls == 1:
             # a thread starts: the calls that read an anchor without a live thread holding it
             a = self._arrivals.get(key)
@@ -272,7 +242,13 @@ class PBKVTimePolicy(PBKVPolicy):
             for th in threads_of(tag):
                 if not th.workflow.ended:
                     active = True
-                    s += th.value
+                    v = th.value
+                    if v and self._tail:
+                        tail = self._tail.get((th.workflow.tenant, th.agent))
+                        leaf = th.last_node
+                        if tail is not None and leaf is not None:
+                            v *= tail.kept(leaf.level - block.level)
+                    s += v
         if self._anchors:
             a = self.anchor_density(block.tenant, block.hash)
             if a is not None:
