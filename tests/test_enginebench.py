@@ -104,9 +104,12 @@ def test_bench_engine_vllm_short_run(tmp_path, tiny_model):
     eng = doc["config"]["engine"]
     assert eng["num_gpu_blocks"] == 64 and eng["block_size"] == 32 and eng["tokens_per_trace_block"] == 8
     for name, r in doc["results"].items():
-        for key in ("hit_rate", "host_hit_rate", "prefill_tokens", "ttft_mean_s", "ttft_p99_s",
-                    "e2e_mean_s", "e2e_p99_s", "throughput_tok_s"):
+        for key in ("hit_rate", "host_hit_rate", "prefill_tokens", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s",
+                    "ttft_p99_s", "e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "throughput_tok_s"):
             assert r[key] is not None, (name, key)
+        assert r["ttft_p50_s"] <= r["ttft_p90_s"] <= r["ttft_p99_s"]
+        # the tiny trace's outputs are longer than one token: TPOT is measured, and positive
+        assert r["tpot_mean_s"] is not None and r["tpot_mean_s"] > 0 and r["tpot_p50_s"] <= r["tpot_p99_s"]
         assert r["errors"] == 0 and r["calls"] == 9 and r["prompt_tokens"] > 0
         assert 0.0 < r["hit_rate"] < 1.0           # the shared system prompts hit
         assert r["connector"]["policy"] == name and not r["connector"]["failed"]

@@ -10,8 +10,9 @@ Per policy, in the simulator's JSON schema (`bench/runner.py`):
 - hit_rate: the engine's own prefix-cache counters, hits / queries, deltas over the replay;
   host_hit_rate: the external (connector) hits / queries; prefill_tokens: what the engine
   computed (prompt tokens - cached tokens reported per response);
-- ttft and e2e: measured at the client; throughput: prompt plus generated tokens per second
-  from the first issue to the last finish.
+- ttft, e2e and tpot (mean, p50, p90, p99, the simulator's fields): measured at the client, tpot
+  per call of more than one output token as (latency - ttft) / (output tokens - 1); throughput:
+  prompt plus generated tokens per second from the first issue to the last finish.
 Offline bounds (`belady`, `infinite`) are not engines: they are skipped here (use `--engine sim`).
 
 With a `scheduler` other than fcfs (`agentrt.sched`), stock vLLM (`lru`, fcfs) still runs first,
@@ -34,6 +35,7 @@ import numpy as np
 
 from agentrt.bench.runner import BenchOptions, plan_split
 from agentrt.bench.source import TraceSource
+from agentrt.engine.metrics import _stats_or_none
 from agentrt.enginebench import prom
 from agentrt.enginebench.client import ReplayResult, replay
 from agentrt.enginebench.priority import BenchPriorities
@@ -120,10 +122,6 @@ def cut_calls(calls, max_calls: int | None) -> list[Call]:
     return [c for c in calls if c.workflow in keep]
 
 
-def _p99(xs: list[float]) -> float | None:
-    return float(np.percentile(xs, 99)) if xs else None
-
-
 def _mean(xs: list[float]) -> float | None:
     return float(np.mean(xs)) if xs else None
 
@@ -137,12 +135,14 @@ def summarize(res: ReplayResult, before: dict, after: dict, conn: dict | None) -
     out_tok = sum(c.output_tokens for c in ok)
     span = res.last_finish - (res.first_issue or 0.0)
     ttft = [c.ttft_s for c in ok if c.ttft_s is not None]
+    # per call of more than one output token, as the simulator records it (engine/metrics.py)
+    tpot = [(c.latency_s - c.ttft_s) / (c.output_tokens - 1) for c in ok
+            if c.ttft_s is not None and c.output_tokens > 1]
     return {
         "hit_rate": d[prom.HITS] / q,
         "host_hit_rate": d[prom.EXT_HITS] / q,
         "prefill_tokens": prompt - cached,
-        "ttft_mean_s": _mean(ttft), "ttft_p99_s": _p99(ttft),
-        "e2e_mean_s": _mean(res.e2e), "e2e_p99_s": _p99(res.e2e),
+        **_stats_or_none(ttft, "ttft"), **_stats_or_none(res.e2e, "e2e"), **_stats_or_none(tpot, "tpot"),
         "throughput_tok_s": (prompt + out_tok) / span if span > 0 else 0.0,
         "calls": len(res.calls), "workflows": res.workflows, "errors": res.errors,
         "prompt_tokens": prompt, "cached_tokens": cached, "output_tokens": out_tok,
