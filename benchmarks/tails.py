@@ -2,6 +2,7 @@
 
     python benchmarks/tails.py                     # regimes where the oracle is >= 1.2x LRU
     python benchmarks/tails.py --min-ratio 1.3     # only those the issue's target counts
+    python benchmarks/tails.py --min-ratio 1.3 --seeds 1,2   # those again on more trace seeds
 
 Tail survival: many agents' next prompt does not reuse the last blocks of their previous call
 (a scratchpad or ledger rewritten each step, an answer summarised rather than quoted); until that
@@ -58,6 +59,49 @@ def run(row: dict, tmp: Path) -> dict:
     return {"hit_rate": hit, "command": shown}
 
 
+def bench(trace: Path, blocks: int, policies: str, tails: bool, tmp: Path) -> dict:
+    out = tmp / "out.json"
+    cmd = ["bench", "--trace", str(trace), "--gpu-blocks", str(blocks), "--policies", policies,
+           "--set", f"pbkv-ta.tails={str(tails).lower()}", "--quiet", "--json", str(out)]
+    subprocess.run([sys.executable, "-m", "agentrt.cli", *cmd], check=True, stdout=subprocess.DEVNULL)
+    return {p: r["hit_rate"] for p, r in json.loads(out.read_text())["results"].items()}
+
+
+def seeded(row: dict, seed: int, tmp: Path) -> dict:
+    """The regime on another trace seed: LRU, PBKV-TA and the oracle, then PBKV-TA with tails."""
+    trace = tmp / f"{row['workload']}-t{row['tool_scale']:g}-c{row['concurrency']}-s{seed}.jsonl"
+    gen = shlex.split(row["generate"])
+    gen[gen.index("-o") + 1] = str(trace)
+    gen[gen.index("--seed") + 1] = str(seed)
+    if not trace.exists():
+        subprocess.run([sys.executable, "-m", "agentrt.cli", *gen[1:]], check=True, stdout=subprocess.DEVNULL)
+    base = bench(trace, row["gpu_blocks"], "lru,pbkv-ta,oracle", False, tmp)
+    base["pbkv-ta+tails"] = bench(trace, row["gpu_blocks"], "pbkv-ta", True, tmp)["pbkv-ta"]
+    return base
+
+
+def seeds_table(runs: list[tuple[dict, dict]], seeds: list[int], min_ratio: float) -> str:
+    lines = [f"Built by `python benchmarks/tails.py --min-ratio {min_ratio:g} --seeds {','.join(map(str, seeds))}`: "
+             "the same regimes on other trace seeds (the row's `agentrt generate` command with `--seed N`), "
+             "PBKV-TA without and with tails in two runs on each trace (`agentrt bench --trace ... --gpu-blocks B "
+             "--policies lru,pbkv-ta,oracle`, and `--policies pbkv-ta --set pbkv-ta.tails=true`). Sweep seed 0 "
+             "is the table above.\n",
+             "| workload | tool x | load | f | " + " | ".join(f"seed {s}: ta / +tails / oracle" for s in seeds)
+             + " | mean change (pts, seeds 0 and these) |",
+             "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in seeds) + " | ---: |"]
+    for row, by_seed in runs:
+        r = row["results"]
+        changes = [0.0 if row.get("_tails") is None else 100 * (row["_tails"] - r["pbkv-ta"]["hit_rate"])]
+        cells = []
+        for s in seeds:
+            x = by_seed[s]
+            changes.append(100 * (x["pbkv-ta+tails"] - x["pbkv-ta"]))
+            cells.append(f"{100 * x['pbkv-ta']:.1f} / {100 * x['pbkv-ta+tails']:.1f} / {100 * x['oracle']:.1f}")
+        lines.append(f"| {row['workload']} | {row['tool_scale']:g} | {row['concurrency']} | {row['capacity_factor']:g} | "
+                     + " | ".join(cells) + f" | {sum(changes) / len(changes):+.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def table(done: list[tuple[dict, dict]], min_ratio: float) -> str:
     lines = [f"Built by `python benchmarks/tails.py --min-ratio {min_ratio:g}`: every regime of the sweep above where "
              f"the oracle is at least {min_ratio:g}x LRU, PBKV-TA with tail survival (`--set pbkv-ta.tails=true`) "
@@ -93,8 +137,34 @@ def table(done: list[tuple[dict, dict]], min_ratio: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-ratio", type=float, default=1.2, help="regimes where the oracle is at least this x LRU")
+    ap.add_argument("--seeds", default="", help="run those regimes on these other trace seeds instead (e.g. 1,2)")
     a = ap.parse_args()
     todo = rows(a.min_ratio)
+    if a.seeds:
+        seeds = [int(x) for x in a.seeds.split(",")]
+        sweep = {(d["regime"]["workload"], d["regime"]["tool_scale"], d["regime"]["concurrency"],
+                  d["regime"]["capacity_factor"]): d["hit_rate"]
+                 for d in json.loads((DOCS / "results" / "tails.json").read_text())}
+        runs = []
+        with tempfile.TemporaryDirectory(prefix="agentrt-tails-") as d:
+            for row in todo:
+                row = dict(row, _tails=sweep.get((row["workload"], row["tool_scale"], row["concurrency"],
+                                                  row["capacity_factor"])))
+                by_seed = {}
+                for s in seeds:
+                    t0 = time.time()
+                    by_seed[s] = seeded(row, s, Path(d))
+                    x = by_seed[s]
+                    print(f"{row['workload']} t{row['tool_scale']:g} c{row['concurrency']} f{row['capacity_factor']:g} "
+                          f"seed {s}: lru {100 * x['lru']:.1f} pbkv-ta {100 * x['pbkv-ta']:.1f} +tails "
+                          f"{100 * x['pbkv-ta+tails']:.1f} oracle {100 * x['oracle']:.1f} ({time.time() - t0:.0f} s)",
+                          flush=True)
+                runs.append((row, by_seed))
+        (DOCS / "results" / "tails-seeds.json").write_text(json.dumps(
+            [{"regime": {k: row[k] for k in ("workload", "tool_scale", "concurrency", "capacity_factor", "gpu_blocks",
+                                              "generate")}, "seeds": by_seed} for row, by_seed in runs], indent=1))
+        write("tails-seeds", seeds_table(runs, seeds, a.min_ratio))
+        return
     done = []
     with tempfile.TemporaryDirectory(prefix="agentrt-tails-") as d:
         for row in todo:
