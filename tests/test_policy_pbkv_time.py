@@ -138,7 +138,7 @@ def test_dropped_counts_the_end_of_the_path_a_prompt_does_not_share():
     from agentrt.policies.timing import _dropped
     root = Block(-1, None, GPU, "default")
     leaf = _chain(root, [1, 2, 3, 4])[-1]
-    assert leaf.level == 4 and leaf.parent.level == 3 and root.level == 0
+    assert leaf.depth == 4 and leaf.parent.depth == 3 and root.depth == 0
     assert _dropped(leaf, [1, 2, 3, 4, 5]) == 0          # the next prompt extends the path
     assert _dropped(leaf, [1, 2, 9]) == 2                 # it rewrote the last two blocks
     assert _dropped(leaf, [8]) == 4

@@ -19,7 +19,7 @@ TIER_NAMES = {GONE: "gone", GPU: "gpu", HOST: "host"}
 
 class Block:
     __slots__ = ("hash", "parent", "children", "tier", "lock_ref", "gpu_children",
-                 "last_touch", "heap_seq", "host_seq", "tenant", "meta", "level")
+                 "last_touch", "heap_seq", "host_seq", "tenant", "meta", "depth")
 
     def __init__(self, hash_id: int, parent: "Block | None", tier: int, tenant: str) -> None:
         self.hash = hash_id
@@ -33,17 +33,8 @@ class Block:
         self.host_seq = 0            # same for the host heap
         self.tenant = tenant
         self.meta: object = None
-        self.level = 0 if parent is None else parent.level + 1   # = depth, kept (blocks never move)
-
-    @property
-    def depth(self) -> int:
-        """Blocks above this one (0 for a tenant's root); walks the path, so not for hot loops."""
-        d = 0
-        node = self.parent
-        while node is not None:
-            d += 1
-            node = node.parent
-        return d
+        # blocks above this one (0 for a tenant's root); a block's place in its chain never changes
+        self.depth = 0 if parent is None else parent.depth + 1
 
     @property
     def is_root(self) -> bool:

@@ -247,7 +247,7 @@ class PBKVTimePolicy(PBKVPolicy):
                         tail = self._tail.get((th.workflow.tenant, th.agent))
                         leaf = th.last_node
                         if tail is not None and leaf is not None:
-                            v *= tail.kept(leaf.level - block.level)
+                            v *= tail.kept(leaf.depth - block.depth)
                     s += v
         if self._anchors:
             a = self.anchor_density(block.tenant, block.hash)

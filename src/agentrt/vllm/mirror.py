@@ -72,7 +72,7 @@ class Mirror:
                 self.inserted += 1
             elif node.parent is not parent:       # an orphan whose parent came back
                 node.parent = parent
-                node.level = parent.level + 1
+                node.depth = parent.depth + 1   # the same place in the chain
                 parent.children[node.hash] = node
             bid = blk.block_id
             if self.by_block.get(bid) is not node:
