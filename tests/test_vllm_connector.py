@@ -217,7 +217,7 @@ def test_pool_runtime_failure_falls_back_to_stock_lru():
 @pytest.mark.slow
 def test_pool_plugin_policy_that_raises_in_score_is_contained():
     from agentrt.policies.pbkv import PBKVLAEPolicy
-    from agentrt.policies.registry import register
+    from agentrt.policies.registry import register, unregister
 
     class Boom(PBKVLAEPolicy):
         name = "boom"
@@ -229,14 +229,19 @@ def test_pool_plugin_policy_that_raises_in_score_is_contained():
     mod.register = lambda: register("boom", Boom, "raises in score")
     mod.register()
     sys.modules["agentrt_test_boom"] = mod
-    ph = PoolHarness("boom", 64, plugins=["agentrt_test_boom"])
-    ph.call(_prompt(1, 4), {"agentrt_workflow": "w"})
-    before = [b.block_id for b in ph.pool.free_block_queue.get_all_free_blocks()]
-    ph.call(_prompt(2, 4), {"agentrt_workflow": "v"})
-    assert ph.h.failed and ph.h.orderer.stats.relinks == 0
-    # scoring comes before any change to the queue: vLLM's own order is intact
-    after = [b.block_id for b in ph.pool.free_block_queue.get_all_free_blocks()]
-    assert len(after) == len(before) == 63
+    try:
+        ph = PoolHarness("boom", 64, plugins=["agentrt_test_boom"])
+        ph.call(_prompt(1, 4), {"agentrt_workflow": "w"})
+        before = [b.block_id for b in ph.pool.free_block_queue.get_all_free_blocks()]
+        ph.call(_prompt(2, 4), {"agentrt_workflow": "v"})
+        assert ph.h.failed and ph.h.orderer.stats.relinks == 0
+        # scoring comes before any change to the queue: vLLM's own order is intact
+        after = [b.block_id for b in ph.pool.free_block_queue.get_all_free_blocks()]
+        assert len(after) == len(before) == 63
+    finally:
+        # later tests in this process list every registered policy (test_determinism runs them)
+        unregister("boom")
+        sys.modules.pop("agentrt_test_boom", None)
 
 
 @requires_vllm
