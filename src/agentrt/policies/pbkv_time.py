@@ -51,9 +51,10 @@ from __future__ import annotations
 import numpy as np
 
 from agentrt.policies.pbkv import PBKVPolicy
-from agentrt.policies.timing import TINY, _dropped, _Durations, _Tail
+from agentrt.policies.timing import TINY, _dropped, _Tail
 from agentrt.runtime import events as ev
 from agentrt.runtime.state import threads_of
+from agentrt.runtime.window import SampleWindow
 
 
 
@@ -69,11 +70,11 @@ class PBKVTimePolicy(PBKVPolicy):
         self.tails = bool(tails)
         self._tail: dict[tuple[str, str], _Tail] = {}     # agent -> blocks its next call drops
         self.now = 0.0
-        self._svc: dict[tuple[str, str], _Durations] = {}          # arrival -> finish
-        self._gap: dict[tuple[str, str, bool], _Durations] = {}    # finish -> next call, by tool flag
-        self._svc_all = _Durations()
-        self._gap_all = _Durations()
-        self._arrivals: dict[tuple[str, str], list] = {}      # agent -> [last thread start, _Durations]
+        self._svc: dict[tuple[str, str], SampleWindow] = {}          # arrival -> finish
+        self._gap: dict[tuple[str, str, bool], SampleWindow] = {}    # finish -> next call, by tool flag
+        self._svc_all = SampleWindow()
+        self._gap_all = SampleWindow()
+        self._arrivals: dict[tuple[str, str], list] = {}      # agent -> [last thread start, SampleWindow]
         self._inflight: dict[int, tuple[float, str]] = {}     # rid -> (arrival, agent)
         self._anchors: dict[str, dict[int, set[str]]] = {}    # tenant -> hash -> agents
         self._anchor_len: dict[tuple[str, str], int] = {}
@@ -99,7 +100,7 @@ class PBKVTimePolicy(PBKVPolicy):
         if last is not None:
             t_fin, prev, tool = last
             gap = max(0.0, e.now - t_fin)
-            self._gap.setdefault((info.tenant, prev, tool), _Durations()).add(gap)
+            self._gap.setdefault((info.tenant, prev, tool), SampleWindow()).add(gap)
             self._gap_all.add(gap)
         wf = self.runtime.workflows.get(info.workflow)
         th = wf.threads.get(info.agent) if wf is not None else None
@@ -109,7 +110,7 @@ class PBKVTimePolicy(PBKVPolicy):
             # a thread starts: the calls that read an anchor without a live thread holding it
             a = self._arrivals.get(key)
             if a is None:
-                self._arrivals[key] = [e.now, _Durations()]
+                self._arrivals[key] = [e.now, SampleWindow()]
             else:
                 a[1].add(e.now - a[0])
                 a[0] = e.now
@@ -120,7 +121,7 @@ class PBKVTimePolicy(PBKVPolicy):
         started = self._inflight.pop(info.rid, None)
         if started is not None:
             d = e.now - started[0]
-            self._svc.setdefault((info.tenant, started[1]), _Durations()).add(d)
+            self._svc.setdefault((info.tenant, started[1]), SampleWindow()).add(d)
             self._svc_all.add(d)
         self._since[info.workflow] = (e.now, started[1] if started else info.agent, e.tool_call)
 

@@ -31,52 +31,27 @@ Nothing here is tuned to a workload: the only parameters are the sample window a
 
 from __future__ import annotations
 
-import bisect
-from collections import deque
 from typing import ClassVar
 
 from agentrt.runtime import events as ev
 from agentrt.runtime.runtime import anchor_agent
+from agentrt.runtime.window import SampleWindow
 from agentrt.sched.base import DEFAULT_MAX_HOLD_S, DEFAULT_MAX_WAIT_S, Scheduler
 from agentrt.sched.contexts import LiveContexts
 from agentrt.sched.service import AttainedService
 
 
-class WorkflowSizes:
+class WorkflowSizes(SampleWindow):
     """The last `window` total works of finished workflows of one class, kept sorted."""
 
-    __slots__ = ("window", "_fifo", "_sorted", "_suffix")
+    __slots__ = ()
 
     def __init__(self, window: int) -> None:
-        self.window = window
-        self._fifo: deque[int] = deque()
-        self._sorted: list[int] = []
-        self._suffix: list[int] | None = None    # _suffix[i] = sum(_sorted[i:])
-
-    def add(self, total: int) -> None:
-        self._fifo.append(total)
-        bisect.insort(self._sorted, total)
-        if len(self._fifo) > self.window:
-            old = self._fifo.popleft()
-            del self._sorted[bisect.bisect_left(self._sorted, old)]
-        self._suffix = None
+        super().__init__(keep=window)
 
     def remaining(self, attained: int) -> float:
         """E[T - attained | T > attained] over the samples; `attained` when none is larger."""
-        s = self._sorted
-        i = bisect.bisect_right(s, attained)
-        n = len(s) - i
-        if n == 0:
-            return float(attained)
-        if self._suffix is None:
-            acc = [0] * (len(s) + 1)
-            for j in range(len(s) - 1, -1, -1):
-                acc[j] = acc[j + 1] + s[j]
-            self._suffix = acc
-        return self._suffix[i] / n - attained
-
-    def __len__(self) -> int:
-        return len(self._fifo)
+        return self.residual(attained, float(attained))
 
 
 class AgentScheduler(Scheduler):

@@ -1,0 +1,58 @@
+"""A sliding window of samples with their mean residual life, learned online.
+
+Model: the latest `keep` samples of one quantity (a call's service time, the gap after an
+agent's calls, a workflow's total work), kept sorted, so that E[X - a | X > a], the mean of what
+is left once `a` has been observed, is one bisection plus suffix sums (rebuilt lazily after an
+`add`). With no sample above `a` the answer is `a` itself: a wait or a workflow longer than any
+seen is expected to last as long again (heavy tails), which for scheduling is least attained
+service. Policies (PBKV-TA's timing) and schedulers (`agent`'s remaining work) share it; nothing
+reads a clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+
+import numpy as np
+
+
+class SampleWindow:
+    """The latest `keep` samples, sorted; `n` counts every sample ever added."""
+
+    __slots__ = ("recent", "ordered", "sums", "keep", "n")
+
+    def __init__(self, keep: int = 512) -> None:
+        self.recent: deque[float] = deque()
+        self.ordered: list[float] = []
+        self.sums: np.ndarray | None = None     # suffix sums of `ordered`, rebuilt lazily
+        self.keep = keep
+        self.n = 0
+
+    def add(self, x: float) -> None:
+        self.recent.append(x)
+        bisect.insort(self.ordered, x)
+        if len(self.recent) > self.keep:
+            old = self.recent.popleft()
+            del self.ordered[bisect.bisect_left(self.ordered, old)]
+        self.sums = None
+        self.n += 1
+
+    def __len__(self) -> int:
+        return len(self.recent)
+
+    def mean(self, default: float) -> float:
+        return self.residual(0.0, default)
+
+    def residual(self, elapsed: float, default: float) -> float:
+        """E[X - elapsed | X > elapsed] over the window; `default` when it is empty, `elapsed`
+        when no sample is larger."""
+        o = self.ordered
+        if not o:
+            return default
+        i = bisect.bisect_right(o, elapsed)
+        if i == len(o):
+            return float(elapsed)
+        if self.sums is None:
+            self.sums = np.concatenate((np.cumsum(o[::-1])[::-1], [0.0]))
+        return float(self.sums[i]) / (len(o) - i) - elapsed
