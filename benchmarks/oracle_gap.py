@@ -44,7 +44,7 @@ from agentrt.bench.source import file_source  # noqa: E402
 from agentrt.engine.simulator import Simulator  # noqa: E402
 from agentrt.policies.oracle import NEVER, FutureUses, OraclePolicy  # noqa: E402
 from agentrt.policies.pbkv_time import PBKVTimePolicy  # noqa: E402
-from agentrt.policies.timing import TINY  # noqa: E402
+from agentrt.policies.timing import TINY, thread_density  # noqa: E402
 from agentrt.runtime import events as ev  # noqa: E402
 from agentrt.trace.reader import TraceReader  # noqa: E402
 
@@ -86,11 +86,7 @@ class Told(PBKVTimePolicy):
                 lst = self.truth["wf"].get(wid, [])
                 fut = lst[bisect.bisect_right(lst, now):][:k + 1] or [now + 1e6]
                 rel = np.maximum(np.array(fut + [fut[-1] + 1e6] * (k + 1 - len(fut))) - now, 0.0)
-                p = o[:, :-1]
-                first = p.copy()
-                first[1:] *= np.cumprod(1.0 - p, axis=0)[:-1]
-                f = first.sum(axis=0)
-                dens = f / np.maximum(first.T @ rel[:-1] + (1.0 - f) * rel[-1], TINY)
+                dens = thread_density(o[:, :-1], rel)
                 for agent, th in wf.threads.items():
                     i = idx.get(agent)
                     th.value = float(dens[i]) if i is not None else 0.0
@@ -149,7 +145,9 @@ def regime(row: dict, tmp: Path) -> dict:
     sim = replay(first, stream=True)
     out["pbkv-ta"], agents["pbkv-ta"] = hit(sim), dict(sim.by_agent)
     more = tmp / f"{trace.stem}-train.jsonl"
-    trace_of({**row, "generate": row["generate"].replace("--workflows 80", "--workflows 240")}, tmp, seed=101).rename(more)
+    if not more.exists():      # the f = 0.5 and f = 1 rows of a workload share their traces
+        trace_of({**row, "generate": row["generate"].replace("--workflows 80", "--workflows 240")},
+                 tmp, seed=101).rename(more)
     big = PBKVTimePolicy()
     big.train(TraceReader(more), src.header.block_size)
     out["+ more data"] = hit(replay(Told(None, None, None, predictor=big.predictor)))

@@ -51,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 
 from agentrt.policies.pbkv import PBKVPolicy
-from agentrt.policies.timing import TINY, _dropped, _Tail
+from agentrt.policies.timing import TINY, _dropped, _Tail, thread_density
 from agentrt.runtime import events as ev
 from agentrt.runtime.state import threads_of
 from agentrt.runtime.window import SampleWindow
@@ -188,13 +188,7 @@ class PBKVTimePolicy(PBKVPolicy):
             alive = p.sum(axis=1)
             step = (p @ costs) / np.maximum(alive, TINY)    # expected cost of each step
             times = t1 + np.concatenate(([0.0], np.cumsum(step)))   # T_1 .. T_{K+1}
-            rel = np.maximum(times - now, 0.0)
-            survive = np.cumprod(1.0 - p, axis=0)
-            first = p.copy()
-            first[1:] *= survive[:-1]
-            f_total = first.sum(axis=0)
-            life = first.T @ rel[:-1] + (1.0 - f_total) * rel[-1]
-            dens = f_total / np.maximum(life, TINY)
+            dens = thread_density(p, np.maximum(times - now, 0.0))
             for agent, th in wf.threads.items():
                 i = idx.get(agent)
                 th.value = float(dens[i]) if i is not None else 0.0
