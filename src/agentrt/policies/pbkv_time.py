@@ -41,16 +41,23 @@ NSDI 2018), estimated from the runtime's knowledge of agents:
   new prompt does not share), and a block j blocks above its thread's leaf counts that thread's
   density times P(dropped <= j), the chance the next call still reads it.
 - Prefetch as `pbkv` (conservative), ranked by the same predictor.
+- Online forecasts (option `online`, on by default). Where the trained predictor knows nothing
+  (there is none: a live engine started without `--predictor`; or it never saw the workflow's
+  current agent), the forecast comes from agent transitions learned online, per tenant
+  (`online_steps.py`). Where it does know the agent it is kept: mixing in the online forecast by
+  recent log loss was measured and did not pay. With `online=false` and no predictor every thread
+  density is 0 and the policy is PBKV-LAE with anchors kept by their agents' call rates.
 The keys depend on `now` (the latest event's time); they are refreshed once per event (epoch),
-within the cache's contract. Without a trained predictor every thread density is 0 and the policy
-is PBKV-LAE with anchors kept by their agents' call rates.
+within the cache's contract.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from agentrt.policies.online_steps import OnlineSteps
 from agentrt.policies.pbkv import PBKVPolicy
+from agentrt.policies.transitions import END
 from agentrt.policies.timing import TINY, _dropped, _Tail, thread_density
 from agentrt.runtime import events as ev
 from agentrt.runtime.state import threads_of
@@ -65,9 +72,11 @@ class PBKVTimePolicy(PBKVPolicy):
 
     untags_dead_branches = True
 
-    def __init__(self, tails: bool = False, **options) -> None:
+    def __init__(self, tails: bool = False, online: bool = True, **options) -> None:
         super().__init__(**options)
         self.tails = bool(tails)
+        self.online = bool(online)
+        self._steps: OnlineSteps | None = None   # online forecasts (option `online`)
         self._tail: dict[tuple[str, str], _Tail] = {}     # agent -> blocks its next call drops
         self.now = 0.0
         self._svc: dict[tuple[str, str], SampleWindow] = {}          # arrival -> finish
@@ -90,6 +99,8 @@ class PBKVTimePolicy(PBKVPolicy):
             self._finished(e)
         elif t is ev.WorkflowEnded:
             self._since.pop(e.workflow, None)
+            if self.online:
+                self._learn_end(e)
         super().observe(e)
 
     def _arrived(self, e) -> None:
@@ -103,6 +114,8 @@ class PBKVTimePolicy(PBKVPolicy):
             self._gap.setdefault((info.tenant, prev, tool), SampleWindow()).add(gap)
             self._gap_all.add(gap)
         wf = self.runtime.workflows.get(info.workflow)
+        if self.online and wf is not None:
+            self._learn_step(wf, info.agent)
         th = wf.threads.get(info.agent) if wf is not None else None
         if self.tails and th is not None and th.calls > 1 and th.last_node is not None:
             self._tail.setdefault(key, _Tail()).add(_dropped(th.last_node, info.hash_ids))
@@ -158,40 +171,79 @@ class PBKVTimePolicy(PBKVPolicy):
                 best = max(best, 1.0 / max(rec[1].mean(0.0), TINY))
         return best
 
+    # ------------------------------------------------------------------ online forecasts
+    def _online_steps(self) -> OnlineSteps:
+        if self._steps is None:
+            k = self.predictor.horizon if self.predictor is not None else self.horizon
+            self._steps = OnlineSteps(k)
+        return self._steps
+
+    def _learn_step(self, wf, agent: str) -> None:
+        """A call of `agent` arrived (the runtime has appended it to the workflow's path)."""
+        if len(wf.path) >= 2:
+            self._online_steps().observe(wf.tenant, wf.path[-2], agent)
+
+    def _learn_end(self, e) -> None:
+        wf = self.runtime.workflows.get(e.workflow)
+        if e.reason != "cap" and wf is not None and wf.path:
+            self._online_steps().observe(e.tenant, wf.path[-1], END)
+
     # ------------------------------------------------------------------ densities
     def _refresh(self) -> None:
         self._predict_dirty()
-        if self.predictor is None or not self._out:
-            return
-        self._densities()
+        if self.online or (self.predictor is not None and self._out):
+            self._densities()
 
     def _densities(self) -> None:
-        """Hit density of every live thread the predictor knows (see the module docstring)."""
-        agents = self.predictor.agents
+        """Hit density of every live thread (see the module docstring). A workflow's forecast is
+        the trained predictor's; with `online`, where the predictor does not know its current
+        agent (or there is none), the online model's (`online_steps.py`)."""
+        steps = self._online_steps() if self.online else None
+        pred_agents = self.predictor.agents if self.predictor is not None else []
         idx = self._index
         now = self.now
         svc_all = self._svc_all.mean(0.0)
         gap_all = self._gap_all.mean(0.0)
-        costs_by_tenant: dict[str, np.ndarray] = {}
-        for wid, o in self._out.items():
-            wf = self.runtime.workflows.get(wid)
-            if wf is None or wf.ended:
+        pred_costs: dict[str, np.ndarray] = {}
+        costs: dict[tuple[str, str], float] = {}
+        for wf in self.runtime.workflows.values():
+            if wf.ended or not wf.path:
                 continue
             tenant = wf.tenant
-            costs = costs_by_tenant.get(tenant)
-            if costs is None:
-                costs = costs_by_tenant[tenant] = np.array(
-                    [self._svc_mean(tenant, a, svc_all) + self._gap_mean(tenant, a, None, gap_all)
-                     for a in agents])
-            t1 = self._next_start(wf, now, svc_all, gap_all)
-            p = o[:, :-1]                                   # (K, V)
+            o = self._out.get(wf.id)
+            if steps is not None and wf.path[-1] not in idx:
+                o = None
+                got = steps.rows(tenant, wf.path[-1])
+                if got is None:
+                    for th in wf.threads.values():
+                        th.value = 0.0
+                    continue
+                names, p = got
+                index = {a: i for i, a in enumerate(names)}
+                c = np.array([self._cost(costs, tenant, a, svc_all, gap_all) for a in names])
+            elif o is not None:
+                names, p, index = pred_agents, o[:, :-1], idx      # (K, V)
+                c = pred_costs.get(tenant)
+                if c is None:
+                    c = pred_costs[tenant] = np.array(
+                        [self._cost(costs, tenant, a, svc_all, gap_all) for a in pred_agents])
+            else:
+                continue
             alive = p.sum(axis=1)
-            step = (p @ costs) / np.maximum(alive, TINY)    # expected cost of each step
-            times = t1 + np.concatenate(([0.0], np.cumsum(step)))   # T_1 .. T_{K+1}
-            dens = thread_density(p, np.maximum(times - now, 0.0))
+            step = (p @ c) / np.maximum(alive, TINY)     # expected cost of each step
+            times = self._next_start(wf, now, svc_all, gap_all) + np.concatenate(([0.0], np.cumsum(step)))
+            dens = thread_density(p, np.maximum(times - now, 0.0))   # T_1 .. T_{K+1} from now
             for agent, th in wf.threads.items():
-                i = idx.get(agent)
+                i = index.get(agent)
                 th.value = float(dens[i]) if i is not None else 0.0
+
+    def _cost(self, memo: dict, tenant: str, agent: str, svc_all: float, gap_all: float) -> float:
+        """An agent's expected step cost: its mean service time plus the mean gap after it."""
+        c = memo.get((tenant, agent))
+        if c is None:
+            c = memo[(tenant, agent)] = (self._svc_mean(tenant, agent, svc_all)
+                                         + self._gap_mean(tenant, agent, None, gap_all))
+        return c
 
     def _svc_mean(self, tenant: str, agent: str, default: float, elapsed: float = 0.0) -> float:
         d = self._svc.get((tenant, agent))

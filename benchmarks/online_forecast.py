@@ -1,0 +1,109 @@
+"""PBKV-TA with and without a trained predictor, and what its online forecasts are worth.
+
+    python benchmarks/online_forecast.py                 # regimes where the oracle >= 1.3x LRU, and AG2
+    python benchmarks/online_forecast.py --workloads gaia --no-docs
+
+A live engine started without `--predictor` runs PBKV-TA with no trained predictor; so does any
+agent the predictor never saw (AG2's experts are made up per task). Each row replays the same
+trace, memory and scored workflows as the bench would (the first 25% of workflows held back):
+- `no predictor`: `pbkv-ta` built with none and `online=false` (every thread density 0: PBKV-LAE
+  with anchors kept by their agents' call rates, the behaviour before online forecasts);
+- `no predictor, online`: the same with online forecasts (the default);
+- `trained`, `trained, online`: the predictor the bench trains on the held-back workflows, with
+  online forecasts off and on (`agentrt bench ... --set pbkv-ta.online=false`, and the default).
+Generated regimes are rows of the regime sweep (`benchmarks/regimes.py`); their oracle comes from
+the sweep's own run. AG2 is `docs/results/ag2.jsonl` (`agentrt import ag2`) at both memory sizes of
+`benchmarks/results.py`, its oracle from that script's run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import DOCS, REPO, write  # noqa: E402
+from tails import rows, trace_of  # noqa: E402
+
+from agentrt.bench.runner import (BenchOptions, engine_config, make_bench_scheduler,  # noqa: E402
+                                  make_trained_policy, plan_split)
+from agentrt.bench.source import file_source  # noqa: E402
+from agentrt.engine.simulator import Simulator  # noqa: E402
+from agentrt.policies.pbkv_time import PBKVTimePolicy  # noqa: E402
+
+COLUMNS = ["lru", "no predictor", "no predictor, online", "trained", "trained, online", "oracle"]
+AG2 = {5227: 16, 2613: 16}        # GPU blocks -> concurrency, as benchmarks/results.py runs it
+
+
+def hit(sim) -> float:
+    return 100.0 * sim.metrics.gpu_hit_tokens / max(1, sim.metrics.prompt_tokens)
+
+
+def replays(trace: Path, blocks: int, concurrency: int | None) -> dict[str, float]:
+    src = file_source(trace)
+    opts = BenchOptions(gpu_blocks=blocks, concurrency=concurrency)
+    plan_split(src, ["lru", "pbkv-ta"], opts)
+    cfg = engine_config(opts, src.header.block_size)
+    conc = concurrency or src.header.concurrency
+    trained = make_trained_policy("pbkv-ta", src, opts).predictor
+    policies = {"lru": make_trained_policy("lru", src, opts),
+                "no predictor": PBKVTimePolicy(online=False),
+                "no predictor, online": PBKVTimePolicy(online=True),
+                "trained": PBKVTimePolicy(predictor=trained, online=False),
+                "trained, online": PBKVTimePolicy(predictor=trained, online=True)}
+    out = {}
+    for name, policy in policies.items():
+        sim = Simulator(cfg, policy, src.eval_calls(), concurrency=conc, scheduler=make_bench_scheduler(opts))
+        sim.run()
+        out[name] = hit(sim)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--min-ratio", type=float, default=1.3, help="regimes where oracle / LRU is at least this")
+    ap.add_argument("--workloads", default=None, help="only these workloads (comma-separated; ag2 for the AG2 logs)")
+    ap.add_argument("--no-docs", action="store_true")
+    a = ap.parse_args()
+    only = a.workloads.split(",") if a.workloads else None
+    done = []
+    with tempfile.TemporaryDirectory(prefix="agentrt-online-") as d:
+        for row in rows(a.min_ratio):
+            if only is not None and row["workload"] not in only:
+                continue
+            res = replays(trace_of(row, Path(d)), row["gpu_blocks"], None)
+            res["oracle"] = 100.0 * row["results"]["oracle"]["hit_rate"]
+            label = f"{row['workload']} | {row['tool_scale']:g} | {row['concurrency']} | {row['capacity_factor']:g}"
+            done.append({"row": label, "generate": row["generate"], "gpu_blocks": row["gpu_blocks"], "hit": res})
+            print(f"{label}: " + ", ".join(f"{k} {v:.1f}" for k, v in res.items()), flush=True)
+    ag2 = DOCS / "results" / "ag2.jsonl"
+    if (only is None or "ag2" in only) and ag2.exists():
+        for blocks, conc in AG2.items():
+            res = replays(ag2, blocks, conc)
+            ref = DOCS / "results" / f"ag2-gpu{blocks}.json"
+            res["oracle"] = 100.0 * json.loads(ref.read_text())["results"]["oracle"]["hit_rate"]
+            label = f"AG2 logs | - | {conc} | {blocks:,} blocks"
+            done.append({"row": label, "trace": str(ag2.relative_to(REPO)), "gpu_blocks": blocks, "hit": res})
+            print(f"{label}: " + ", ".join(f"{k} {v:.1f}" for k, v in res.items()), flush=True)
+    elif only is None or "ag2" in only:
+        print(f"(AG2 skipped: {ag2} not found; `python benchmarks/results.py --only real` imports it)")
+    if a.no_docs or not done:
+        return
+    (DOCS / "results" / "online_forecast.json").write_text(json.dumps(done, indent=1))
+    table = ["| workload | tool x | load | f | " + " | ".join(COLUMNS) + " |",
+             "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in COLUMNS) + " |"]
+    for r in done:
+        table.append(f"| {r['row']} | " + " | ".join(f"{r['hit'][c]:.1f}" for c in COLUMNS) + " |")
+    gain = [r["hit"]["no predictor, online"] - r["hit"]["no predictor"] for r in done]
+    left = [r["hit"]["trained"] - r["hit"]["no predictor, online"] for r in done]
+    cmd = "python benchmarks/online_forecast.py" + (f" --min-ratio {a.min_ratio:g}" if a.min_ratio != 1.3 else "")
+    write("online", f"Built by `{cmd}` (docs/results/online_forecast.json; GPU hit %). Without a predictor, "
+                    f"online forecasts add {min(gain):+.1f} to {max(gain):+.1f} points; the trained predictor is "
+                    f"{min(left):+.1f} to {max(left):+.1f} points above them.\n\n" + "\n".join(table) + "\n")
+
+
+if __name__ == "__main__":
+    main()
