@@ -37,10 +37,10 @@ def _p99(xs: list[float]) -> float:
     return float(np.percentile(xs, 99)) if xs else 0.0
 
 
-def _stats_or_none(xs: list[float], prefix: str) -> dict:
-    """{prefix_mean_s, _p50_s, _p90_s, _p99_s}: None each when there is no sample."""
+def latency_stats(xs: list[float], prefix: str, empty: float | None = None) -> dict:
+    """{prefix_mean_s, _p50_s, _p90_s, _p99_s}: `empty` each when there is no sample."""
     if not xs:
-        return dict.fromkeys(f"{prefix}_{k}_s" for k in ("mean", "p50", "p90", "p99"))
+        return dict.fromkeys((f"{prefix}_{k}_s" for k in ("mean", "p50", "p90", "p99")), empty)
     return {f"{prefix}_mean_s": _mean(xs), f"{prefix}_p50_s": _p50(xs),
             f"{prefix}_p90_s": _p90(xs), f"{prefix}_p99_s": _p99(xs)}
 
@@ -57,8 +57,7 @@ class TenantStats:
     def summary(self) -> dict:
         return {"calls": self.calls, "wait_p90_s": _p90(self.queue_wait),
                 "wait_max_s": max(self.queue_wait, default=0.0), "hit_rate": self.gpu_hit_tokens / (self.prompt_tokens or 1),
-                "ttft_mean_s": _mean(self.ttft), "ttft_p50_s": _p50(self.ttft),
-                "ttft_p90_s": _p90(self.ttft), "ttft_p99_s": _p99(self.ttft)}
+                **latency_stats(self.ttft, "ttft", 0.0)}
 
 
 @dataclass(slots=True)
@@ -109,15 +108,9 @@ class Metrics:
             "hit_rate": self.gpu_hit_tokens / pt,
             "host_hit_rate": self.host_hit_tokens / pt,
             "prefill_tokens": self.prefill_tokens,
-            "ttft_mean_s": _mean(self.ttft),
-            "ttft_p50_s": _p50(self.ttft),
-            "ttft_p90_s": _p90(self.ttft),
-            "ttft_p99_s": _p99(self.ttft),
-            **_stats_or_none(self.tpot, "tpot"),
-            "e2e_mean_s": _mean(self.e2e),
-            "e2e_p50_s": _p50(self.e2e),
-            "e2e_p90_s": _p90(self.e2e),
-            "e2e_p99_s": _p99(self.e2e),
+            **latency_stats(self.ttft, "ttft", 0.0),
+            **latency_stats(self.tpot, "tpot"),
+            **latency_stats(self.e2e, "e2e", 0.0),
             "wait_p99_s": _p99(self.queue_wait),
             "wait_max_s": max(self.queue_wait, default=0.0),
             "throughput_tok_s": tokens / span if span > 0 else 0.0,

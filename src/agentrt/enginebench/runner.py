@@ -35,7 +35,7 @@ import numpy as np
 
 from agentrt.bench.runner import BenchOptions, plan_split
 from agentrt.bench.source import TraceSource
-from agentrt.engine.metrics import _stats_or_none
+from agentrt.engine.metrics import latency_stats
 from agentrt.enginebench import prom
 from agentrt.enginebench.client import ReplayResult, replay
 from agentrt.enginebench.priority import BenchPriorities
@@ -142,7 +142,7 @@ def summarize(res: ReplayResult, before: dict, after: dict, conn: dict | None) -
         "hit_rate": d[prom.HITS] / q,
         "host_hit_rate": d[prom.EXT_HITS] / q,
         "prefill_tokens": prompt - cached,
-        **_stats_or_none(ttft, "ttft"), **_stats_or_none(res.e2e, "e2e"), **_stats_or_none(tpot, "tpot"),
+        **latency_stats(ttft, "ttft"), **latency_stats(res.e2e, "e2e"), **latency_stats(tpot, "tpot"),
         "throughput_tok_s": (prompt + out_tok) / span if span > 0 else 0.0,
         "calls": len(res.calls), "workflows": res.workflows, "errors": res.errors,
         "prompt_tokens": prompt, "cached_tokens": cached, "output_tokens": out_tok,

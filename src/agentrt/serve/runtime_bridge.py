@@ -77,7 +77,8 @@ class RuntimeBridge:
             raise AgentrtError(f"'{policy}' is an offline bound, not a policy a server can run")
         pol = make_policy(policy, **(options or {}))
         if pol.needs_training:
-            log.warning("policy %s learns offline; behind the server it runs untrained", policy)
+            log.warning("policy %s learns offline; behind the server it runs untrained%s", policy,
+                        " (forecasting from agent transitions it learns online)" if getattr(pol, "online", False) else "")
         self.policy_name = policy
         self.runtime = AgentRuntime(pol, anchor_tokens=block_chars,
                                     max_anchor_tokens=block_chars * max_anchor_blocks)
