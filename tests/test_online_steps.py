@@ -122,3 +122,16 @@ def test_an_agent_the_predictor_never_saw_is_forecast_online():
         values[online] = rt.workflows["live"].threads["b"].value
     assert values[False] == 0.0
     assert values[True] > 0.0
+
+
+@pytest.mark.slow
+def test_untrained_pbkv_ta_beats_lifecycle_eviction_on_gaia_through_the_api():
+    """End to end: no training split (as behind a live engine started without a predictor).
+    Online forecasts lift PBKV-TA clearly above what it was without them (PBKV-LAE with anchors)."""
+    import agentrt
+    run = dict(workflows=40, concurrency=8, gpu_blocks=4634, train_fraction=0)
+    online = agentrt.simulate("gaia", "pbkv-lae,pbkv-ta", **run).doc["results"]
+    off = agentrt.simulate("gaia", "pbkv-ta", policy_options={"pbkv-ta": {"online": False}},
+                           **run).doc["results"]
+    assert online["pbkv-ta"]["hit_rate"] > off["pbkv-ta"]["hit_rate"] + 0.03
+    assert online["pbkv-ta"]["hit_rate"] > online["pbkv-lae"]["hit_rate"] + 0.03
