@@ -58,11 +58,10 @@ import numpy as np
 from agentrt.policies.online_steps import OnlineSteps
 from agentrt.policies.pbkv import PBKVPolicy
 from agentrt.policies.transitions import END
-from agentrt.policies.timing import TINY, _dropped, _Tail, thread_density
+from agentrt.policies.timing import TINY, AgentTimes, _dropped, _Tail, thread_density
 from agentrt.runtime import events as ev
 from agentrt.runtime.state import threads_of
 from agentrt.runtime.window import SampleWindow
-
 
 
 class PBKVTimePolicy(PBKVPolicy):
@@ -79,15 +78,10 @@ class PBKVTimePolicy(PBKVPolicy):
         self._steps: OnlineSteps | None = None   # online forecasts (option `online`)
         self._tail: dict[tuple[str, str], _Tail] = {}     # agent -> blocks its next call drops
         self.now = 0.0
-        self._svc: dict[tuple[str, str], SampleWindow] = {}          # arrival -> finish
-        self._gap: dict[tuple[str, str, bool], SampleWindow] = {}    # finish -> next call, by tool flag
-        self._svc_all = SampleWindow()
-        self._gap_all = SampleWindow()
+        self.times = AgentTimes()
         self._arrivals: dict[tuple[str, str], list] = {}      # agent -> [last thread start, SampleWindow]
-        self._inflight: dict[int, tuple[float, str]] = {}     # rid -> (arrival, agent)
         self._anchors: dict[str, dict[int, set[str]]] = {}    # tenant -> hash -> agents
         self._anchor_len: dict[tuple[str, str], int] = {}
-        self._since: dict[str, tuple[float, str, bool]] = {}  # workflow -> its latest finish
 
     # ------------------------------------------------------------------ observe
     def observe(self, e) -> None:
@@ -96,9 +90,9 @@ class PBKVTimePolicy(PBKVPolicy):
         if t is ev.CallArrived and not e.call.warmup:
             self._arrived(e)
         elif t is ev.CallFinished and not e.call.warmup:
-            self._finished(e)
+            self.times.finished(e.now, e.call, e.tool_call)
         elif t is ev.WorkflowEnded:
-            self._since.pop(e.workflow, None)
+            self.times.ended(e.workflow)
             if self.online:
                 self._learn_end(e)
         super().observe(e)
@@ -106,13 +100,7 @@ class PBKVTimePolicy(PBKVPolicy):
     def _arrived(self, e) -> None:
         info = e.call
         key = (info.tenant, info.agent)
-        self._inflight[info.rid] = (e.now, info.agent)
-        last = self._since.pop(info.workflow, None)
-        if last is not None:
-            t_fin, prev, tool = last
-            gap = max(0.0, e.now - t_fin)
-            self._gap.setdefault((info.tenant, prev, tool), SampleWindow()).add(gap)
-            self._gap_all.add(gap)
+        self.times.arrived(e.now, info)
         wf = self.runtime.workflows.get(info.workflow)
         if self.online and wf is not None:
             self._learn_step(wf, info.agent)
@@ -128,15 +116,6 @@ class PBKVTimePolicy(PBKVPolicy):
                 a[1].add(e.now - a[0])
                 a[0] = e.now
         self._update_anchor(info.tenant, info.agent)
-
-    def _finished(self, e) -> None:
-        info = e.call
-        started = self._inflight.pop(info.rid, None)
-        if started is not None:
-            d = e.now - started[0]
-            self._svc.setdefault((info.tenant, started[1]), SampleWindow()).add(d)
-            self._svc_all.add(d)
-        self._since[info.workflow] = (e.now, started[1] if started else info.agent, e.tool_call)
 
     def _update_anchor(self, tenant: str, agent: str) -> None:
         prof = self.runtime.profile(tenant, agent) if self.runtime is not None else None
@@ -202,8 +181,9 @@ class PBKVTimePolicy(PBKVPolicy):
         pred_agents = self.predictor.agents if self.predictor is not None else []
         idx = self._index
         now = self.now
-        svc_all = self._svc_all.mean(0.0)
-        gap_all = self._gap_all.mean(0.0)
+        times = self.times
+        svc_all = times.svc_all.mean(0.0)
+        gap_all = times.gap_all.mean(0.0)
         pred_costs: dict[str, np.ndarray] = {}
         costs: dict[tuple[str, str], float] = {}
         for wf in self.runtime.workflows.values():
@@ -231,8 +211,8 @@ class PBKVTimePolicy(PBKVPolicy):
                 continue
             alive = p.sum(axis=1)
             step = (p @ c) / np.maximum(alive, TINY)     # expected cost of each step
-            times = self._next_start(wf, now, svc_all, gap_all) + np.concatenate(([0.0], np.cumsum(step)))
-            dens = thread_density(p, np.maximum(times - now, 0.0))   # T_1 .. T_{K+1} from now
+            at = times.next_start(wf, now, svc_all, gap_all) + np.concatenate(([0.0], np.cumsum(step)))
+            dens = thread_density(p, np.maximum(at - now, 0.0))   # T_1 .. T_{K+1} from now
             for agent, th in wf.threads.items():
                 i = index.get(agent)
                 th.value = float(dens[i]) if i is not None else 0.0
@@ -241,42 +221,9 @@ class PBKVTimePolicy(PBKVPolicy):
         """An agent's expected step cost: its mean service time plus the mean gap after it."""
         c = memo.get((tenant, agent))
         if c is None:
-            c = memo[(tenant, agent)] = (self._svc_mean(tenant, agent, svc_all)
-                                         + self._gap_mean(tenant, agent, None, gap_all))
+            c = memo[(tenant, agent)] = (self.times.svc_mean(tenant, agent, svc_all)
+                                         + self.times.gap_mean(tenant, agent, None, gap_all))
         return c
-
-    def _svc_mean(self, tenant: str, agent: str, default: float, elapsed: float = 0.0) -> float:
-        d = self._svc.get((tenant, agent))
-        if d is None or not d.n:
-            d = self._svc_all
-        return d.residual(elapsed, default)
-
-    def _gap_mean(self, tenant: str, agent: str, tool: bool | None, default: float,
-                  elapsed: float = 0.0) -> float:
-        """Mean (residual) gap after the agent's calls: of the call's kind if known and seen,
-        else of both kinds, else of every agent."""
-        d = self._gap.get((tenant, agent, tool)) if tool is not None else None
-        if d is None or not d.n:
-            a = self._gap.get((tenant, agent, False))
-            b = self._gap.get((tenant, agent, True))
-            if a is not None and b is not None and a.n and b.n:
-                wa, wb = len(a.ordered), len(b.ordered)
-                return (wa * a.residual(elapsed, default) + wb * b.residual(elapsed, default)) / (wa + wb)
-            d = a if a is not None and a.n else b if b is not None and b.n else self._gap_all
-        return d.residual(elapsed, default)
-
-    def _next_start(self, wf, now: float, svc_all: float, gap_all: float) -> float:
-        """Expected start of the workflow's next call, given how long the current wait has lasted."""
-        if wf.running:
-            # the latest call is in flight: it arrived at last_seen (the runtime's arrival time)
-            agent = wf.path[-1]
-            left = self._svc_mean(wf.tenant, agent, svc_all, max(0.0, now - wf.last_seen))
-            return now + left + self._gap_mean(wf.tenant, agent, None, gap_all)
-        since = self._since.get(wf.id)
-        if since is None:
-            return now
-        t_fin, agent, tool = since
-        return now + self._gap_mean(wf.tenant, agent, tool, gap_all, max(0.0, now - t_fin))
 
     # ------------------------------------------------------------------ score
     def score(self, block):
@@ -308,4 +255,4 @@ class PBKVTimePolicy(PBKVPolicy):
 
     def state_bytes(self) -> int:
         n = sum(len(t) for t in self._anchors.values())
-        return super().state_bytes() + 120 * n + 150 * (len(self._svc) + len(self._gap) + len(self._arrivals))
+        return super().state_bytes() + 120 * n + 150 * (self.times.entries() + len(self._arrivals))

@@ -33,6 +33,78 @@ def thread_density(p: np.ndarray, rel: np.ndarray) -> np.ndarray:
     return f_total / np.maximum(life, TINY)
 
 
+class AgentTimes:
+    """Service times (arrival -> finish) and gaps (finish -> the workflow's next arrival) per
+    (tenant, agent), the gaps also by whether the call ended in a tool call; unknown agents take
+    the mean over all."""
+
+    __slots__ = ("svc", "gap", "svc_all", "gap_all", "_inflight", "_since")
+
+    def __init__(self) -> None:
+        self.svc: dict[tuple[str, str], SampleWindow] = {}
+        self.gap: dict[tuple[str, str, bool], SampleWindow] = {}
+        self.svc_all = SampleWindow()
+        self.gap_all = SampleWindow()
+        self._inflight: dict[int, tuple[float, str]] = {}     # rid -> (arrival, agent)
+        self._since: dict[str, tuple[float, str, bool]] = {}  # workflow -> its latest finish
+
+    def arrived(self, now: float, info) -> None:
+        self._inflight[info.rid] = (now, info.agent)
+        last = self._since.pop(info.workflow, None)
+        if last is not None:
+            t_fin, prev, tool = last
+            gap = max(0.0, now - t_fin)
+            self.gap.setdefault((info.tenant, prev, tool), SampleWindow()).add(gap)
+            self.gap_all.add(gap)
+
+    def finished(self, now: float, info, tool_call: bool) -> None:
+        started = self._inflight.pop(info.rid, None)
+        if started is not None:
+            d = now - started[0]
+            self.svc.setdefault((info.tenant, started[1]), SampleWindow()).add(d)
+            self.svc_all.add(d)
+        self._since[info.workflow] = (now, started[1] if started else info.agent, tool_call)
+
+    def ended(self, workflow: str) -> None:
+        self._since.pop(workflow, None)
+
+    def svc_mean(self, tenant: str, agent: str, default: float, elapsed: float = 0.0) -> float:
+        d = self.svc.get((tenant, agent))
+        if d is None or not d.n:
+            d = self.svc_all
+        return d.residual(elapsed, default)
+
+    def gap_mean(self, tenant: str, agent: str, tool: bool | None, default: float,
+                 elapsed: float = 0.0) -> float:
+        """Mean (residual) gap after the agent's calls: of the call's kind if known and seen,
+        else of both kinds, else of every agent."""
+        d = self.gap.get((tenant, agent, tool)) if tool is not None else None
+        if d is None or not d.n:
+            a = self.gap.get((tenant, agent, False))
+            b = self.gap.get((tenant, agent, True))
+            if a is not None and b is not None and a.n and b.n:
+                wa, wb = len(a.ordered), len(b.ordered)
+                return (wa * a.residual(elapsed, default) + wb * b.residual(elapsed, default)) / (wa + wb)
+            d = a if a is not None and a.n else b if b is not None and b.n else self.gap_all
+        return d.residual(elapsed, default)
+
+    def next_start(self, wf, now: float, svc_all: float, gap_all: float) -> float:
+        """Expected start of the workflow's next call, given how long the current wait has lasted."""
+        if wf.running:
+            # the latest call is in flight: it arrived at last_seen (the runtime's arrival time)
+            agent = wf.path[-1]
+            left = self.svc_mean(wf.tenant, agent, svc_all, max(0.0, now - wf.last_seen))
+            return now + left + self.gap_mean(wf.tenant, agent, None, gap_all)
+        since = self._since.get(wf.id)
+        if since is None:
+            return now
+        t_fin, agent, tool = since
+        return now + self.gap_mean(wf.tenant, agent, tool, gap_all, max(0.0, now - t_fin))
+
+    def entries(self) -> int:
+        return len(self.svc) + len(self.gap)
+
+
 def _dropped(leaf, hash_ids) -> int:
     """Blocks at the end of the path to `leaf` that a prompt with `hash_ids` does not reuse."""
     path = []
