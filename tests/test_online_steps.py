@@ -5,7 +5,7 @@ import pytest
 
 from agentrt.policies.online_steps import OnlineSteps
 from agentrt.policies.pbkv_time import PBKVTimePolicy
-from agentrt.policies.transitions import END
+from agentrt.policies.transitions import END, TransitionLearner
 from agentrt.runtime import events as ev
 
 from conftest import FixedPredictor as Fixed
@@ -56,8 +56,21 @@ def test_cost_does_not_grow_with_unrelated_agents():
     s.observe("t", "a", "b")
     names, rows = s.rows("t", "a")
     assert names == ["b"] and rows.shape == (4, 1)
-    names, rows = s.rows("t", "anchor:7")
+    names, rows = s.rows("t", "anchor:4999")
     assert names == [] and rows.shape == (4, 0)
+
+
+def test_the_learner_keeps_at_most_max_sources_agents_least_recent_dropped_first():
+    t = TransitionLearner(window=4, max_sources=3)
+    for a in ("a", "b", "c"):
+        t.observe(a, END)
+    t.observe("a", "b")                     # a is the most recent now
+    t.observe("d", END)                     # a fourth source: b, the least recent, goes
+    assert t.sources() == 3 and t.dropped_sources == 1
+    assert t.next_probs("b") == {}
+    assert t.next_probs("a") == {END: 0.5, "b": 0.5}
+    with pytest.raises(ValueError, match="max_sources"):
+        TransitionLearner(max_sources=0)
 
 
 def test_bad_sizes_are_refused():

@@ -6,30 +6,43 @@ share of i's window, so the matrix adapts when workflows drift. `reach(start, k)
 breadth-first search over the learned graph: for every agent within `k` hops, the probability of
 the most likely path to it (a cheap stand-in for the matrix powers that give exact k-step
 probabilities, as CacheSage does).
+State is bounded: at most `max_sources` source agents are kept (the runtime's `max_agents`
+default), the least recently observed dropped first, so a server that sees a new system prompt
+per request (agents inferred from anchors) does not grow without end.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Hashable
 
 END = "<end>"
 
 
 class TransitionLearner:
-    def __init__(self, window: int = 8) -> None:
+    def __init__(self, window: int = 8, max_sources: int = 4096) -> None:
         if window <= 0:
             raise ValueError(f"window must be > 0, got {window}")
+        if max_sources <= 0:
+            raise ValueError(f"max_sources must be > 0, got {max_sources}")
         self.window = window
-        self._succ: dict[Hashable, deque] = {}
+        self.max_sources = max_sources
+        self._succ: OrderedDict[Hashable, deque] = OrderedDict()   # least recently observed first
         self._counts: dict[Hashable, Counter] = {}
         self.observations = 0
+        self.dropped_sources = 0
 
     def observe(self, src: Hashable, dst: Hashable) -> None:
         q = self._succ.get(src)
         if q is None:
             q = self._succ[src] = deque()
             self._counts[src] = Counter()
+            if len(self._succ) > self.max_sources:
+                gone, _ = self._succ.popitem(last=False)
+                del self._counts[gone]
+                self.dropped_sources += 1
+        else:
+            self._succ.move_to_end(src)
         c = self._counts[src]
         if len(q) == self.window:
             old = q.popleft()
