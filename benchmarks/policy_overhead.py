@@ -136,7 +136,7 @@ def measure(workload: str, policy: str, args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="mix,gaia")
-    ap.add_argument("--policies", default="lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,pbkv")
+    ap.add_argument("--policies", default="lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,pbkv,pbkv-ta")
     ap.add_argument("--workflows", type=int, default=200)
     ap.add_argument("--gpu-blocks", type=int, default=6000)
     ap.add_argument("--host-blocks", type=int, default=12000)
