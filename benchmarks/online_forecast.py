@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from oracle_gap import hit  # noqa: E402
 from results import DOCS, REPO, write  # noqa: E402
 from tails import rows, trace_of  # noqa: E402
 
@@ -36,10 +37,6 @@ from agentrt.policies.pbkv_time import PBKVTimePolicy  # noqa: E402
 
 COLUMNS = ["lru", "no predictor", "no predictor, online", "trained", "trained, online", "oracle"]
 AG2 = {5227: 16, 2613: 16}        # GPU blocks -> concurrency, as benchmarks/results.py runs it
-
-
-def hit(sim) -> float:
-    return 100.0 * sim.metrics.gpu_hit_tokens / max(1, sim.metrics.prompt_tokens)
 
 
 def replays(trace: Path, blocks: int, concurrency: int | None) -> dict[str, float]:

@@ -18,8 +18,8 @@ def test_k_step_rows_are_the_learned_chain_propagated():
         s.observe("t", "a", "b")
         s.observe("t", "b", "a")
         s.observe("t", "a", END)
-    names, rows = s.rows("t", "a")
-    assert names == ["b", "a"]              # the agents reachable from a, first reached first
+    index, rows = s.rows("t", "a")
+    assert list(index) == ["b", "a"]        # the agents reachable from a, first reached first
     np.testing.assert_allclose(rows[0], [0.5, 0.0])
     np.testing.assert_allclose(rows[1], [0.0, 0.5])           # b then a
     np.testing.assert_allclose(rows[2], [0.25, 0.0])
@@ -30,8 +30,8 @@ def test_k_step_rows_are_the_learned_chain_propagated():
 def test_an_agent_with_no_successor_yet_ends_the_forecast():
     s = OnlineSteps(horizon=2)
     s.observe("t", "a", "b")                # b was never followed by anything
-    names, rows = s.rows("t", "a")
-    assert names == ["b"]
+    index, rows = s.rows("t", "a")
+    assert index == {"b": 0}
     np.testing.assert_allclose(rows, [[1.0], [0.0]])
     assert s.rows("t", "b") is None
 
@@ -42,8 +42,8 @@ def test_rows_are_recomputed_only_after_learning():
     first = s.rows("t", "a")
     assert s.rows("t", "a") is first
     s.observe("t", "a", "a")
-    names, rows = s.rows("t", "a")
-    assert names == ["b", "a"]
+    index, rows = s.rows("t", "a")
+    assert index == {"b": 0, "a": 1}
     np.testing.assert_allclose(rows[0], [0.5, 0.5])
 
 
@@ -54,10 +54,10 @@ def test_cost_does_not_grow_with_unrelated_agents():
     for i in range(5000):
         s.observe("t", f"anchor:{i}", END)
     s.observe("t", "a", "b")
-    names, rows = s.rows("t", "a")
-    assert names == ["b"] and rows.shape == (4, 1)
-    names, rows = s.rows("t", "anchor:4999")
-    assert names == [] and rows.shape == (4, 0)
+    index, rows = s.rows("t", "a")
+    assert index == {"b": 0} and rows.shape == (4, 1)
+    index, rows = s.rows("t", "anchor:4999")
+    assert index == {} and rows.shape == (4, 0)
 
 
 def test_the_learner_keeps_at_most_max_sources_agents_least_recent_dropped_first():

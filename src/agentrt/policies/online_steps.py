@@ -23,12 +23,13 @@ import numpy as np
 
 from agentrt.policies.transitions import END, TransitionLearner
 
+
 class _Tenant:
     __slots__ = ("learner", "rows", "version")
 
     def __init__(self, window: int) -> None:
         self.learner = TransitionLearner(window)
-        self.rows: dict[str, tuple] = {}     # current agent -> (reachable agents, (K, n) probs)
+        self.rows: dict[str, tuple] = {}     # current agent -> (reachable agent -> column, (K, n) probs)
         self.version = 0                     # learner.observations when `rows` was filled
 
 
@@ -49,10 +50,10 @@ class OnlineSteps:
             t = self._tenants[tenant] = _Tenant(self.window)
         t.learner.observe(src, dst)
 
-    def rows(self, tenant: str, agent: str) -> tuple[list[str], np.ndarray] | None:
+    def rows(self, tenant: str, agent: str) -> tuple[dict[str, int], np.ndarray] | None:
         """For a workflow whose latest call was `agent`: the agents it can reach within K calls
-        and P(the k-th next call is made by each), shape (K, n); None if nothing was learned
-        after `agent`."""
+        (each with its column, first reached first) and P(the k-th next call is made by each),
+        shape (K, n); None if nothing was learned after `agent`."""
         t = self._tenants.get(tenant)
         if t is None:
             return None
@@ -66,7 +67,7 @@ class OnlineSteps:
             got = t.rows[agent] = self._propagate(t.learner, agent)
         return got
 
-    def _propagate(self, learner: TransitionLearner, agent: str) -> tuple[list[str], np.ndarray]:
+    def _propagate(self, learner: TransitionLearner, agent: str) -> tuple[dict[str, int], np.ndarray]:
         cols: dict[str, int] = {}
         steps: list[dict[str, float]] = []
         dist = {agent: 1.0}
@@ -85,7 +86,7 @@ class OnlineSteps:
         for k, d in enumerate(steps):
             for b, p in d.items():
                 out[k, cols[b]] = p
-        return list(cols), out
+        return cols, out
 
     def state_bytes(self) -> int:
         n = 0

@@ -184,31 +184,35 @@ class PBKVTimePolicy(PBKVPolicy):
         times = self.times
         svc_all = times.svc_all.mean(0.0)
         gap_all = times.gap_all.mean(0.0)
+        # step-cost vectors in this refresh: per tenant over the predictor's agents, and per
+        # (tenant, current agent) over the agents an online forecast reaches
         pred_costs: dict[str, np.ndarray] = {}
+        row_costs: dict[tuple[str, str], np.ndarray] = {}
         costs: dict[tuple[str, str], float] = {}
         for wf in self.runtime.workflows.values():
             if wf.ended or not wf.path:
                 continue
-            tenant = wf.tenant
-            o = self._out.get(wf.id)
-            if steps is not None and wf.path[-1] not in idx:
-                o = None
-                got = steps.rows(tenant, wf.path[-1])
+            tenant, current = wf.tenant, wf.path[-1]
+            if steps is not None and current not in idx:
+                got = steps.rows(tenant, current)
                 if got is None:
                     for th in wf.threads.values():
                         th.value = 0.0
                     continue
-                names, p = got
-                index = {a: i for i, a in enumerate(names)}
-                c = np.array([self._cost(costs, tenant, a, svc_all, gap_all) for a in names])
-            elif o is not None:
-                names, p, index = pred_agents, o[:, :-1], idx      # (K, V)
+                index, p = got
+                c = row_costs.get((tenant, current))
+                if c is None:
+                    c = row_costs[(tenant, current)] = np.array(
+                        [self._cost(costs, tenant, a, svc_all, gap_all) for a in index])
+            else:
+                o = self._out.get(wf.id)
+                if o is None:
+                    continue
+                p, index = o[:, :-1], idx                   # (K, V)
                 c = pred_costs.get(tenant)
                 if c is None:
                     c = pred_costs[tenant] = np.array(
                         [self._cost(costs, tenant, a, svc_all, gap_all) for a in pred_agents])
-            else:
-                continue
             alive = p.sum(axis=1)
             step = (p @ c) / np.maximum(alive, TINY)     # expected cost of each step
             at = times.next_start(wf, now, svc_all, gap_all) + np.concatenate(([0.0], np.cumsum(step)))
