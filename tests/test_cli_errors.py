@@ -84,6 +84,7 @@ def bad_values(tmp):
         (["bench", "--json", f"{d}/r.txt"], "must end in .json"),
         (["bench", "--set", "cachesage.nope=3"], "valid options of cachesage: lookahead, window"),
         (["bench", "--set", "pbkv.gamma=2"], "gamma must be in (0, 1]"),
+        (["bench", "--set", "pbkv-ta.online=maybe"], "online must be true or false, got 'maybe'"),
         (["bench", "--set", "lookahead=3"], "expected POLICY.OPTION=VALUE"),
         (["bench", "--policies", "lru,nope"], "unknown policy 'nope'"),
         (["bench", "--workload", "nope"], "unknown workload 'nope'"),

@@ -151,3 +151,17 @@ def test_pbkv_ta_with_tail_survival_keeps_the_contract(host_blocks):
         assert m.calls == len(agent_trace(1)) and sim.cache.locked_gpu == 0
         hits.append(m.gpu_hit_tokens)
     assert hits[0] == hits[1]
+
+
+@pytest.mark.parametrize("name,flag", [("pbkv-ta", "online"), ("pbkv-ta", "tails"),
+                                       ("cachesage", "warmup"), ("kvflow", "prefetch")])
+def test_a_flag_option_takes_a_bool_and_nothing_else(name, flag):
+    """A config file's "false" (a string) must not switch a flag on: every policy built by name
+    (bench, `agentrt serve`, the vLLM connector) refuses anything but true or false."""
+    from agentrt.errors import AgentrtError
+    from agentrt.options import policy_flag_names
+    assert flag in policy_flag_names(name)
+    for bad in ("false", 0, 1, None):
+        with pytest.raises(AgentrtError, match=f"{flag} must be true or false"):
+            make_policy(name, **{flag: bad})
+    assert getattr(make_policy(name, **{flag: False}), flag) is False

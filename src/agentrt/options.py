@@ -43,14 +43,16 @@ def parse_value(text: str):
     return text
 
 
-def policy_option_names(name: str) -> list[str] | None:
-    """The keyword options policy `name` takes, `seed` aside (the bench sets it), in signature
-    order; None when they cannot be told (a plain factory, or options passed on to no class)."""
+def _init_parameters(name: str) -> list[inspect.Parameter] | None:
+    """The keyword parameters policy `name`'s constructors take, `seed` aside, in signature order
+    (following `**options` up the class hierarchy); None when they cannot be told (a plain
+    factory, or options passed on to no class)."""
     from agentrt.policies.registry import policy_class
     cls = policy_class(name)
     if cls is None:
         return None
-    names: list[str] = []
+    params: list[inspect.Parameter] = []
+    seen: set[str] = set()
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None or klass is object:
@@ -59,11 +61,25 @@ def policy_option_names(name: str) -> list[str] | None:
         for p in list(inspect.signature(init).parameters.values())[1:]:
             if p.kind is p.VAR_KEYWORD:
                 forwards = True     # e.g. PBKV-TA passes its options on to PBKV
-            elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names:
-                names.append(p.name)
+            elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in seen:
+                seen.add(p.name)
+                params.append(p)
         if not forwards:
-            return [n for n in names if n != "seed"]
+            return [p for p in params if p.name != "seed"]
     return None
+
+
+def policy_option_names(name: str) -> list[str] | None:
+    """The keyword options policy `name` takes, `seed` aside (the bench sets it), in signature
+    order; None when they cannot be told (a plain factory, or options passed on to no class)."""
+    params = _init_parameters(name)
+    return None if params is None else [p.name for p in params]
+
+
+def policy_flag_names(name: str) -> set[str]:
+    """The options of policy `name` that default to true or false: they take a bool and nothing
+    else (a string "false" from a config file would otherwise read as true)."""
+    return {p.name for p in _init_parameters(name) or [] if isinstance(p.default, bool)}
 
 
 def check_policy_options(policy_options: dict, policies: list[str], cli: bool) -> None:

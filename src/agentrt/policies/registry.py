@@ -172,6 +172,11 @@ def make_policy(name: str, **options) -> Policy:
     if name not in table:
         raise unknown_name("policy", name, policy_names())
     factory = table[name][0]
+    from agentrt.options import policy_flag_names
+    for opt in sorted(policy_flag_names(name) & options.keys()):
+        if not isinstance(options[opt], bool):
+            raise AgentrtError(f"bad option for policy '{name}': {opt} must be true or false, "
+                               f"got {options[opt]!r}")
     try:
         return factory(**options)
     except TypeError as e:
