@@ -236,6 +236,7 @@ def test_metrics_on_vllms_own_endpoint(vllm_servers, vllm_log_dir):
     assert value(after, "agentrt_connector_runtime_failed", **lab) == 0
     assert value(after, "agentrt_connector_mirrored_blocks", **lab) > 0
     assert value(after, "agentrt_connector_reorders_total", **lab) > 0      # pbkv-lae orders the queue
+    assert value(after, "agentrt_connector_runtime_seconds_total", **lab) > 0   # it observed events
     exported = {n for n, _ in after}
     for m in METRICS:
         assert m.name + ("_total" if m.kind == "counter" else "") in exported, m.name

@@ -103,6 +103,8 @@ class HostedRuntime:
         self._t0 = time.monotonic()
         self._next_sweep = cfg.sweep_interval_s
         self._events = 0
+        self.runtime_s = 0.0       # time in the runtime's observe, act and sweep (not reordering)
+        self.runtime_max_s = 0.0
         self.host = HostTier(cfg.host_blocks, self._score) if cfg.host_blocks > 0 else None
         self._plans: dict[str, tuple[int, list[bytes]]] = {}   # request -> (first block, host keys)
         self.counts = {"arrived": 0, "finished": 0, "evicted": 0, "demoted": 0, "host_hit_blocks": 0,
@@ -121,7 +123,17 @@ class HostedRuntime:
         fa = self.cfg.fail_after
         if fa is not None and self._events > fa:
             raise InjectedFault(f"fail_after={fa}: injected failure at event {self._events}")
-        self.runtime.observe(e)
+        t0 = time.perf_counter()
+        try:
+            self.runtime.observe(e)
+        finally:
+            self._timed(t0)
+
+    def _timed(self, t0: float) -> None:
+        d = time.perf_counter() - t0
+        self.runtime_s += d
+        if d > self.runtime_max_s:
+            self.runtime_max_s = d
 
     def _score(self, node):
         fa = self.cfg.fail_after
@@ -357,7 +369,11 @@ class HostedRuntime:
         if now < self._next_sweep:
             return 0
         self._next_sweep = now + self.cfg.sweep_interval_s
-        return self.runtime.sweep(now)
+        t0 = time.perf_counter()
+        try:
+            return self.runtime.sweep(now)
+        finally:
+            self._timed(t0)
 
     def end_step(self) -> StepPlan | None:
         """This step's host copies for the worker (also after a failure: committed loads must run)."""
@@ -365,7 +381,12 @@ class HostedRuntime:
 
     def _act(self, so) -> None:
         view = act.EngineView(self, so)
-        for a in self.runtime.act(view.now, view):
+        t0 = time.perf_counter()
+        try:
+            actions = list(self.runtime.act(view.now, view))
+        finally:
+            self._timed(t0)
+        for a in actions:
             if type(a) is WarmUp:
                 self.counts["warmup_actions"] += 1   # the server's job: the connector cannot send requests
             elif type(a) is Prefetch:
@@ -380,7 +401,8 @@ class HostedRuntime:
                    policy=self.cfg.policy, reorder=self.reorder, events=self._events,
                    live_workflows=len(self.runtime.workflows),
                    workflows_capped=self.runtime.forced_ends,
-                   workflows_silenced=self.runtime.silent_ends, **self.hint_counts.as_dict())
+                   workflows_silenced=self.runtime.silent_ends, runtime_s=round(self.runtime_s, 4),
+                   runtime_max_s=round(self.runtime_max_s, 5), **self.hint_counts.as_dict())
         if self.orderer is not None:
             st = self.orderer.stats
             out.update(reorders=st.runs, relinks=st.relinks, moved=st.moved, scored=st.scored,

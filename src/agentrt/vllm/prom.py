@@ -97,6 +97,8 @@ METRICS: tuple[MetricDef, ...] = (
               sources=(_k("reorders"),)),
     MetricDef("reorder_seconds", "counter", "Time spent putting vLLM's free queue in policy order",
               sources=(_k("reorder_s"),)),
+    MetricDef("runtime_seconds", "counter", "Time spent in the runtime's observe, act and sweep "
+              "(in vLLM's scheduler process; reordering not included)", sources=(_k("runtime_s"),)),
 )
 
 
