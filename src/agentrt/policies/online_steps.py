@@ -12,8 +12,10 @@ reachable agents are kept, so the cost does not grow with the tenant's agent cou
 without identity names an agent per system prompt: thousands). Rows are cached per current
 agent until the tenant learns something.
 
-Where the predictor does know the agent it is kept: mixing the two by their recent log loss was
-measured and did not pay (docs/results.md, "Online forecasts").
+Where the predictor does know the agent it is kept, unless the online model has forecast that
+agent's successors better (`forecast_judge.py`: a predictor trained on another application with
+the same agent names). Mixing the two by their recent log loss was measured and did not pay
+(docs/results.md, "Online forecasts").
 Nothing reads a clock. State per tenant: its agents, one window per agent, one table.
 """
 
@@ -49,6 +51,11 @@ class OnlineSteps:
         if t is None:
             t = self._tenants[tenant] = _Tenant(self.window)
         t.learner.observe(src, dst)
+
+    def next_prob(self, tenant: str, src: str, dst: str) -> float:
+        """P(the call after `src`'s is `dst`'s, or END) as learned so far (0 if never seen)."""
+        t = self._tenants.get(tenant)
+        return t.learner.next_probs(src).get(dst, 0.0) if t is not None else 0.0
 
     def rows(self, tenant: str, agent: str) -> tuple[dict[str, int], np.ndarray] | None:
         """For a workflow whose latest call was `agent`: the agents it can reach within K calls

@@ -44,8 +44,10 @@ NSDI 2018), estimated from the runtime's knowledge of agents:
 - Online forecasts (option `online`, on by default). Where the trained predictor knows nothing
   (there is none: a live engine started without `--predictor`; or it never saw the workflow's
   current agent), the forecast comes from agent transitions learned online, per tenant
-  (`online_steps.py`). Where it does know the agent it is kept: mixing in the online forecast by
-  recent log loss was measured and did not pay. With `online=false` and no predictor every thread
+  (`online_steps.py`). Where it does know the agent it is kept, unless the online model has
+  forecast that agent's successors decisively better over its latest calls (`forecast_judge.py`:
+  a predictor trained on another application whose agents share names). Mixing the two
+  forecasts by recent log loss was measured and did not pay. With `online=false` and no predictor every thread
   density is 0 and the policy is PBKV-LAE with anchors kept by their agents' call rates.
 The keys depend on `now` (the latest event's time); they are refreshed once per event (epoch),
 within the cache's contract.
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from agentrt.policies.forecast_judge import ForecastJudge
 from agentrt.policies.online_steps import OnlineSteps
 from agentrt.policies.pbkv import PBKVPolicy
 from agentrt.policies.transitions import END
@@ -76,6 +79,8 @@ class PBKVTimePolicy(PBKVPolicy):
         self.tails = bool(tails)
         self.online = bool(online)
         self._steps: OnlineSteps | None = None   # online forecasts (option `online`)
+        self.judge = ForecastJudge()             # trained or online, per agent (option `online`)
+        self._out_len: dict[str, int] = {}       # workflow -> path length its `_out` forecast saw
         self._tail: dict[tuple[str, str], _Tail] = {}     # agent -> blocks its next call drops
         self.now = 0.0
         self.times = AgentTimes()
@@ -95,6 +100,7 @@ class PBKVTimePolicy(PBKVPolicy):
             self.times.ended(e.workflow)
             if self.online:
                 self._learn_end(e)
+            self._out_len.pop(e.workflow, None)
         super().observe(e)
 
     def _arrived(self, e) -> None:
@@ -103,6 +109,8 @@ class PBKVTimePolicy(PBKVPolicy):
         self.times.arrived(e.now, info)
         wf = self.runtime.workflows.get(info.workflow)
         if self.online and wf is not None:
+            if len(wf.path) >= 2:
+                self._judge(wf, wf.path[-2], info.agent, len(wf.path) - 1)
             self._learn_step(wf, info.agent)
         th = wf.threads.get(info.agent) if wf is not None else None
         if self.tails and th is not None and th.calls > 1 and th.last_node is not None:
@@ -165,7 +173,28 @@ class PBKVTimePolicy(PBKVPolicy):
     def _learn_end(self, e) -> None:
         wf = self.runtime.workflows.get(e.workflow)
         if e.reason != "cap" and wf is not None and wf.path:
+            self._judge(wf, wf.path[-1], END, len(wf.path))
             self._online_steps().observe(e.tenant, wf.path[-1], END)
+
+    def _judge(self, wf, src: str, dst: str, seen: int) -> None:
+        """Score the trained and the online forecast of the call after `src`'s (`dst`: an agent
+        or END), both made before it: the trained one from the workflow's latest prediction if
+        that saw the first `seen` calls of its path, i.e. was made after `src`'s call arrived."""
+        i = self._index.get(src)
+        if i is None or self._out_len.get(wf.id) != seen:
+            return
+        o = self._out.get(wf.id)
+        if o is None:
+            return
+        j = o.shape[1] - 1 if dst == END else self._index.get(dst)
+        p_trained = float(o[0, j]) if j is not None else 0.0
+        self.judge.record(wf.tenant, src, p_trained, self._online_steps().next_prob(wf.tenant, src, dst))
+
+    def _predict_dirty(self) -> list:
+        got = super()._predict_dirty()
+        for w, _ in got:
+            self._out_len[w.id] = len(w.path)
+        return got
 
     # ------------------------------------------------------------------ densities
     def _refresh(self) -> None:
@@ -193,7 +222,7 @@ class PBKVTimePolicy(PBKVPolicy):
             if wf.ended or not wf.path:
                 continue
             tenant, current = wf.tenant, wf.path[-1]
-            if steps is not None and current not in idx:
+            if steps is not None and (current not in idx or self.judge.prefers_online(tenant, current)):
                 got = steps.rows(tenant, current)
                 if got is None:
                     for th in wf.threads.values():
@@ -259,4 +288,6 @@ class PBKVTimePolicy(PBKVPolicy):
 
     def state_bytes(self) -> int:
         n = sum(len(t) for t in self._anchors.values())
-        return super().state_bytes() + 120 * n + 150 * (self.times.entries() + len(self._arrivals))
+        online = self._steps.state_bytes() if self._steps is not None else 0
+        return (super().state_bytes() + 120 * n + 150 * (self.times.entries() + len(self._arrivals))
+                + online + self.judge.state_bytes() + 100 * len(self._out_len))
