@@ -14,6 +14,17 @@ trace, memory and scored workflows as the bench would (the first 25% of workflow
 Generated regimes are rows of the regime sweep (`benchmarks/regimes.py`); their oracle comes from
 the sweep's own run. AG2 is `docs/results/ag2.jsonl` (`agentrt import ag2`) at both memory sizes of
 `benchmarks/results.py`, its oracle from that script's run.
+
+A second table (`--part cross`) gives PBKV-TA a predictor trained on *another* application whose
+agents share names with this one's (swebench and gaia both have a `coder`; financebench and
+mtbench a `writer`, ...): the pairs are every two workloads of the sweep whose agent names meet.
+Each workload is scored on its regime where the oracle is furthest above LRU, and the foreign
+predictor is trained on the other workload's trace of its own such regime (all its workflows).
+Columns: `own`: trained on this workload's held-back split (the bench's default); `foreign,
+judge off`: the foreign predictor with `online=false` (trusted wherever it knows the agent's
+name, as before the forecast judge); `foreign`: the same with the default, where the judge
+(`policies/forecast_judge.py`) hands an agent to the online model once its forecasts are
+decisively worse; `no predictor, online`; and the oracle.
 """
 
 from __future__ import annotations
@@ -34,8 +45,10 @@ from agentrt.bench.runner import (BenchOptions, engine_config, make_bench_schedu
 from agentrt.bench.source import file_source  # noqa: E402
 from agentrt.engine.simulator import Simulator  # noqa: E402
 from agentrt.policies.pbkv_time import PBKVTimePolicy  # noqa: E402
+from agentrt.trace.reader import TraceReader  # noqa: E402
 
 COLUMNS = ["lru", "no predictor", "no predictor, online", "trained", "trained, online", "oracle"]
+CROSS = ["lru", "own", "foreign, judge off", "foreign", "no predictor, online", "oracle"]
 AG2 = {5227: 16, 2613: 16}        # GPU blocks -> concurrency, as benchmarks/results.py runs it
 
 
@@ -59,13 +72,91 @@ def replays(trace: Path, blocks: int, concurrency: int | None) -> dict[str, floa
     return out
 
 
+def agents_of(trace: Path) -> set[str]:
+    return {c.agent for c in TraceReader(trace) if c.agent is not None}
+
+
+def cross_replays(trace: Path, blocks: int, foreign: Path) -> dict[str, float]:
+    src = file_source(trace)
+    opts = BenchOptions(gpu_blocks=blocks)
+    plan_split(src, ["lru", "pbkv-ta"], opts)
+    cfg = engine_config(opts, src.header.block_size)
+    own = make_trained_policy("pbkv-ta", src, opts).predictor
+    trainer = PBKVTimePolicy()
+    reader = TraceReader(foreign)
+    trainer.train(iter(reader), reader.header.block_size)
+    policies = {"lru": make_trained_policy("lru", src, opts),
+                "own": PBKVTimePolicy(predictor=own),
+                "foreign, judge off": PBKVTimePolicy(predictor=trainer.predictor, online=False),
+                "foreign": PBKVTimePolicy(predictor=trainer.predictor),
+                "no predictor, online": PBKVTimePolicy()}
+    out = {}
+    for name, policy in policies.items():
+        sim = Simulator(cfg, policy, src.eval_calls(), concurrency=src.header.concurrency,
+                        scheduler=make_bench_scheduler(opts))
+        sim.run()
+        out[name] = hit(sim)
+    return out
+
+
+def cross(d: Path, only: list[str] | None) -> list[dict]:
+    """Every ordered pair of sweep workloads whose agent names meet (see the module docstring)."""
+    best: dict[str, dict] = {}
+    for row in rows(0.0):
+        wl = row["workload"]
+        ratio = row["results"]["oracle"]["hit_rate"] / max(row["results"]["lru"]["hit_rate"], 1e-9)
+        if wl not in best or ratio > best[wl][0]:
+            best[wl] = (ratio, row)
+    traces = {wl: trace_of(row, d) for wl, (_, row) in best.items()}
+    names = {wl: agents_of(t) for wl, t in traces.items()}
+    done = []
+    for wl, (_, row) in best.items():
+        if only is not None and wl not in only:
+            continue
+        for other in best:
+            shared = names[wl] & names[other]
+            if other == wl or not shared:
+                continue
+            res = cross_replays(traces[wl], row["gpu_blocks"], traces[other])
+            res["oracle"] = 100.0 * row["results"]["oracle"]["hit_rate"]
+            label = (f"{wl} | {row['tool_scale']:g} | {row['concurrency']} | {row['capacity_factor']:g} | "
+                     f"{other} | {', '.join(sorted(shared))}")
+            done.append({"row": label, "generate": row["generate"], "train_generate": best[other][1]["generate"],
+                         "gpu_blocks": row["gpu_blocks"], "hit": res})
+            print(f"{label}: " + ", ".join(f"{k} {v:.1f}" for k, v in res.items()), flush=True)
+    return done
+
+
+def write_cross(done: list[dict]) -> None:
+    (DOCS / "results" / "online_forecast_cross.json").write_text(json.dumps(done, indent=1))
+    table = ["| workload | tool x | load | f | predictor trained on | shared agent names | " + " | ".join(CROSS) + " |",
+             "| --- | ---: | ---: | ---: | --- | --- | " + " | ".join("---:" for _ in CROSS) + " |"]
+    for r in done:
+        table.append(f"| {r['row']} | " + " | ".join(f"{r['hit'][c]:.1f}" for c in CROSS) + " |")
+    below = [r["hit"]["foreign, judge off"] - r["hit"]["lru"] for r in done]
+    judged = [r["hit"]["foreign"] - r["hit"]["lru"] for r in done]
+    write("online-cross", "Built by `python benchmarks/online_forecast.py --part cross` "
+                          "(docs/results/online_forecast_cross.json; GPU hit %). PBKV-TA minus LRU with the "
+                          f"foreign predictor: {min(below):+.1f} to {max(below):+.1f} points with the judge off, "
+                          f"{min(judged):+.1f} to {max(judged):+.1f} with it.\n\n" + "\n".join(table) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-ratio", type=float, default=1.3, help="regimes where oracle / LRU is at least this")
     ap.add_argument("--workloads", default=None, help="only these workloads (comma-separated; ag2 for the AG2 logs)")
+    ap.add_argument("--part", choices=["all", "own", "cross"], default="all",
+                    help="own: the regimes and AG2; cross: predictors trained on another workload")
     ap.add_argument("--no-docs", action="store_true")
     a = ap.parse_args()
     only = a.workloads.split(",") if a.workloads else None
+    if a.part in ("all", "cross"):
+        with tempfile.TemporaryDirectory(prefix="agentrt-cross-") as d:
+            got = cross(Path(d), only)
+        if got and not a.no_docs:
+            write_cross(got)
+    if a.part == "cross":
+        return
     done = []
     with tempfile.TemporaryDirectory(prefix="agentrt-online-") as d:
         for row in rows(a.min_ratio):
