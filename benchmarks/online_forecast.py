@@ -48,6 +48,8 @@ from agentrt.policies.pbkv_time import PBKVTimePolicy  # noqa: E402
 from agentrt.trace.reader import TraceReader  # noqa: E402
 
 COLUMNS = ["lru", "no predictor", "no predictor, online", "trained", "trained, online", "oracle"]
+HEAD = ["workload", "tool x", "load", "f"]
+TEXT_HEADS = {"workload", "predictor trained on", "shared agent names"}
 CROSS = ["lru", "own", "foreign, judge off", "foreign", "no predictor, online", "oracle"]
 AG2 = {5227: 16, 2613: 16}        # GPU blocks -> concurrency, as benchmarks/results.py runs it
 
@@ -56,7 +58,6 @@ def replays(trace: Path, blocks: int, concurrency: int | None) -> dict[str, floa
     src = file_source(trace)
     opts = BenchOptions(gpu_blocks=blocks, concurrency=concurrency)
     plan_split(src, ["lru", "pbkv-ta"], opts)
-    cfg = engine_config(opts, src.header.block_size)
     conc = concurrency or src.header.concurrency
     trained = make_trained_policy("pbkv-ta", src, opts).predictor
     policies = {"lru": make_trained_policy("lru", src, opts),
@@ -64,12 +65,28 @@ def replays(trace: Path, blocks: int, concurrency: int | None) -> dict[str, floa
                 "no predictor, online": PBKVTimePolicy(online=True),
                 "trained": PBKVTimePolicy(predictor=trained, online=False),
                 "trained, online": PBKVTimePolicy(predictor=trained, online=True)}
+    return replay_each(src, opts, conc, policies)
+
+
+def replay_each(src, opts: BenchOptions, conc: int, policies: dict) -> dict[str, float]:
+    """GPU hit % of each policy on the source's scored calls."""
+    cfg = engine_config(opts, src.header.block_size)
     out = {}
     for name, policy in policies.items():
         sim = Simulator(cfg, policy, src.eval_calls(), concurrency=conc, scheduler=make_bench_scheduler(opts))
         sim.run()
         out[name] = hit(sim)
     return out
+
+
+def hit_table(done: list[dict], head: list[str], columns: list[str]) -> list[str]:
+    """Markdown rows: the row's label fields (`head`, text columns first), then hit % per column."""
+    aligns = ["---" if h in TEXT_HEADS else "---:" for h in head]
+    table = ["| " + " | ".join(head + columns) + " |",
+             "| " + " | ".join(aligns + ["---:"] * len(columns)) + " |"]
+    for r in done:
+        table.append(f"| {r['row']} | " + " | ".join(f"{r['hit'][c]:.1f}" for c in columns) + " |")
+    return table
 
 
 def agents_of(trace: Path) -> set[str]:
@@ -80,7 +97,6 @@ def cross_replays(trace: Path, blocks: int, foreign: Path) -> dict[str, float]:
     src = file_source(trace)
     opts = BenchOptions(gpu_blocks=blocks)
     plan_split(src, ["lru", "pbkv-ta"], opts)
-    cfg = engine_config(opts, src.header.block_size)
     own = make_trained_policy("pbkv-ta", src, opts).predictor
     trainer = PBKVTimePolicy()
     reader = TraceReader(foreign)
@@ -90,13 +106,7 @@ def cross_replays(trace: Path, blocks: int, foreign: Path) -> dict[str, float]:
                 "foreign, judge off": PBKVTimePolicy(predictor=trainer.predictor, online=False),
                 "foreign": PBKVTimePolicy(predictor=trainer.predictor),
                 "no predictor, online": PBKVTimePolicy()}
-    out = {}
-    for name, policy in policies.items():
-        sim = Simulator(cfg, policy, src.eval_calls(), concurrency=src.header.concurrency,
-                        scheduler=make_bench_scheduler(opts))
-        sim.run()
-        out[name] = hit(sim)
-    return out
+    return replay_each(src, opts, src.header.concurrency, policies)
 
 
 def cross(d: Path, only: list[str] | None) -> list[dict]:
@@ -129,10 +139,7 @@ def cross(d: Path, only: list[str] | None) -> list[dict]:
 
 def write_cross(done: list[dict]) -> None:
     (DOCS / "results" / "online_forecast_cross.json").write_text(json.dumps(done, indent=1))
-    table = ["| workload | tool x | load | f | predictor trained on | shared agent names | " + " | ".join(CROSS) + " |",
-             "| --- | ---: | ---: | ---: | --- | --- | " + " | ".join("---:" for _ in CROSS) + " |"]
-    for r in done:
-        table.append(f"| {r['row']} | " + " | ".join(f"{r['hit'][c]:.1f}" for c in CROSS) + " |")
+    table = hit_table(done, HEAD + ["predictor trained on", "shared agent names"], CROSS)
     below = [r["hit"]["foreign, judge off"] - r["hit"]["lru"] for r in done]
     judged = [r["hit"]["foreign"] - r["hit"]["lru"] for r in done]
     write("online-cross", "Built by `python benchmarks/online_forecast.py --part cross` "
@@ -181,10 +188,7 @@ def main() -> None:
     if a.no_docs or not done:
         return
     (DOCS / "results" / "online_forecast.json").write_text(json.dumps(done, indent=1))
-    table = ["| workload | tool x | load | f | " + " | ".join(COLUMNS) + " |",
-             "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in COLUMNS) + " |"]
-    for r in done:
-        table.append(f"| {r['row']} | " + " | ".join(f"{r['hit'][c]:.1f}" for c in COLUMNS) + " |")
+    table = hit_table(done, HEAD, COLUMNS)
     gain = [r["hit"]["no predictor, online"] - r["hit"]["no predictor"] for r in done]
     left = [r["hit"]["trained"] - r["hit"]["no predictor, online"] for r in done]
     cmd = "python benchmarks/online_forecast.py" + (f" --min-ratio {a.min_ratio:g}" if a.min_ratio != 1.3 else "")
