@@ -47,8 +47,9 @@ NSDI 2018), estimated from the runtime's knowledge of agents:
   (`online_steps.py`). Where it does know the agent it is kept, unless the online model has
   forecast that agent's successors decisively better over its latest calls (`forecast_judge.py`:
   a predictor trained on another application whose agents share names). Mixing the two
-  forecasts by recent log loss was measured and did not pay. With `online=false` and no predictor every thread
-  density is 0 and the policy is PBKV-LAE with anchors kept by their agents' call rates.
+  forecasts by recent log loss was measured and did not pay. With `online=false` (no judge
+  either) and no predictor every thread density is 0 and the policy is PBKV-LAE with anchors
+  kept by their agents' call rates.
 The keys depend on `now` (the latest event's time); they are refreshed once per event (epoch),
 within the cache's contract.
 """
@@ -180,8 +181,7 @@ class PBKVTimePolicy(PBKVPolicy):
         """Score the trained and the online forecast of the call after `src`'s (`dst`: an agent
         or END), both made before it: the trained one from the workflow's latest prediction if
         that saw the first `seen` calls of its path, i.e. was made after `src`'s call arrived."""
-        i = self._index.get(src)
-        if i is None or self._out_len.get(wf.id) != seen:
+        if src not in self._index or self._out_len.get(wf.id) != seen:
             return
         o = self._out.get(wf.id)
         if o is None:
