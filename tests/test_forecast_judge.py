@@ -108,3 +108,24 @@ def test_a_predictor_that_forecasts_well_is_kept():
     _run(p, rt, cache, 6)
     assert p.judge.losses("default", "a")[2] == 6
     assert not p.judge.prefers_online("default", "a")
+
+
+@pytest.mark.slow
+def test_a_predictor_trained_on_another_application_no_longer_drags_pbkv_ta_below_lru(tmp_path):
+    """End to end: mtbench scored with a predictor trained on financebench logs (both have a
+    `writer`: financebench's ends its workflow, mtbench's is followed by its critic). Trusted by
+    name, the foreign forecast ranks the critic's next thread as dead and PBKV-TA lands below LRU
+    (docs/results.md, "A predictor trained on another application"); judged, it is well above."""
+    import agentrt
+    from agentrt.trace.writer import write_trace
+    from agentrt.workloads.base import GenConfig
+    from agentrt.workloads.registry import get_workload
+    wl, cfg = get_workload("financebench"), GenConfig(workflows=40, seed=0, concurrency=8)
+    foreign = tmp_path / "financebench.jsonl"
+    write_trace(foreign, wl.header(cfg), wl.generate(cfg))
+    run = dict(workflows=80, concurrency=32, gpu_blocks=1576, train=foreign)
+    judged = agentrt.simulate("mtbench", "lru,pbkv-ta", **run).doc["results"]
+    trusted = agentrt.simulate("mtbench", "pbkv-ta", policy_options={"pbkv-ta": {"online": False}},
+                               **run).doc["results"]
+    assert judged["pbkv-ta"]["hit_rate"] > judged["lru"]["hit_rate"] + 0.03
+    assert judged["pbkv-ta"]["hit_rate"] > trusted["pbkv-ta"]["hit_rate"] + 0.05
