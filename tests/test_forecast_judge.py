@@ -129,3 +129,25 @@ def test_a_predictor_trained_on_another_application_no_longer_drags_pbkv_ta_belo
                                **run).doc["results"]
     assert judged["pbkv-ta"]["hit_rate"] > judged["lru"]["hit_rate"] + 0.03
     assert judged["pbkv-ta"]["hit_rate"] > trusted["pbkv-ta"]["hit_rate"] + 0.05
+
+
+def test_the_count_of_overruled_agents_follows_the_decisions():
+    j = ForecastJudge(window=2, max_keys=2)
+    assert j.online_agents() == 0
+    j.record("t", "a", 0.0, 1.0)
+    j.record("t", "b", 0.0, 1.0)
+    assert j.online_agents() == 2
+    j.record("t", "a", 0.9, 0.5)
+    j.record("t", "a", 0.9, 0.5)                             # a's miss left the window
+    assert j.online_agents() == 1
+    j.record("t", "c", 0.5, 0.5)                             # b, least recently scored, is dropped
+    assert j.losses("t", "b") is None and j.online_agents() == 0
+
+
+def test_pbkv_ta_reports_its_judge_in_stats():
+    p = PBKVTimePolicy(predictor=Fixed(["a", "b"], [0.0, 0.0]))
+    rt, cache = setup(p)
+    assert p.stats() == {"forecasts_overruled": 0, "forecasts_judged": 0}
+    _run(p, rt, cache, 6)
+    st = p.stats()
+    assert st["forecasts_overruled"] >= 1 and st["forecasts_judged"] >= st["forecasts_overruled"]

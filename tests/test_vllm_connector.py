@@ -181,6 +181,7 @@ def test_pool_stock_lru_loses_live_prefix_pbkv_keeps_it():
     assert len(ph.h.mirror) <= 63
     # the runtime's own time is counted apart from reordering, both positive and bounded by the run
     assert 0 < st["runtime_max_s"] <= st["runtime_s"] and st["reorder_s"] > 0
+    assert "policy_forecasts_overruled" not in st        # pbkv-lae reports nothing of its own
 
 
 @requires_vllm
@@ -213,6 +214,22 @@ def test_pool_runtime_failure_falls_back_to_stock_lru():
     assert not ph.pool._reuse_watchers            # its eviction watchers are gone too
     assert hits[-3:] == [8, 8, 8]                 # stock prefix caching carries on
     assert ph.pool.get_num_free_blocks() == 63
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_pool_policy_stats_reach_the_connector_stats_and_a_raising_one_is_contained():
+    ph = PoolHarness("pbkv-ta", 64)
+    ph.call(_prompt(1, 4), {"agentrt_workflow": "w", "agentrt_agent": "a"})
+    st = ph.h.stats()
+    assert st["policy_forecasts_overruled"] == 0 and st["policy_forecasts_judged"] == 0
+
+    def boom():
+        raise ZeroDivisionError("boom")
+    ph.h.policy.stats = boom
+    st = ph.h.stats()                                 # no exception into the caller
+    assert ph.h.failed and st["failed"] is True and "policy_forecasts_overruled" not in st
+    assert not ph.h.reorder                           # vLLM carries on with its own LRU order
 
 
 @requires_vllm

@@ -52,6 +52,7 @@ class ForecastJudge:
         self.window = window
         self.max_keys = max_keys
         self._keys: OrderedDict[tuple[str, str], _Losses] = OrderedDict()
+        self._online: set[tuple[str, str]] = set()     # the keys `prefers_online` is true for
 
     def record(self, tenant: str, agent: str, p_trained: float, p_online: float) -> None:
         """The call after `agent`'s had probability `p_trained` under the trained forecast and
@@ -61,7 +62,8 @@ class ForecastJudge:
         if s is None:
             s = self._keys[key] = _Losses()
             if len(self._keys) > self.max_keys:
-                self._keys.popitem(last=False)
+                gone, _ = self._keys.popitem(last=False)
+                self._online.discard(gone)
         else:
             self._keys.move_to_end(key)
         lt, lo = log_loss(p_trained), log_loss(p_online)
@@ -72,6 +74,10 @@ class ForecastJudge:
         s.pairs.append((lt, lo))
         s.trained += lt
         s.online += lo
+        if self.prefers_online(tenant, agent):
+            self._online.add(key)
+        else:
+            self._online.discard(key)
 
     def prefers_online(self, tenant: str, agent: str) -> bool:
         s = self._keys.get((tenant, agent))
@@ -83,6 +89,10 @@ class ForecastJudge:
         """(trained, online) summed loss and the outcomes they cover, or None."""
         s = self._keys.get((tenant, agent))
         return None if s is None else (s.trained, s.online, len(s.pairs))
+
+    def online_agents(self) -> int:
+        """(tenant, agent) pairs whose forecasts now come from the online model."""
+        return len(self._online)
 
     def __len__(self) -> int:
         return len(self._keys)

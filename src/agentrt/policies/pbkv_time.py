@@ -286,6 +286,11 @@ class PBKVTimePolicy(PBKVPolicy):
             return (0, block.last_touch)
         return (1, s, block.last_touch)
 
+    def stats(self) -> dict[str, int | float]:
+        """How many agents the forecast judge has handed from the trained predictor to the
+        online model (a predictor that does not fit this deployment shows here)."""
+        return {"forecasts_overruled": self.judge.online_agents(), "forecasts_judged": len(self.judge)}
+
     def state_bytes(self) -> int:
         n = sum(len(t) for t in self._anchors.values())
         online = self._steps.state_bytes() if self._steps is not None else 0

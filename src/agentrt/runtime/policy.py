@@ -70,3 +70,9 @@ class Policy:
     def state_bytes(self) -> int:
         """Approximate size of the policy's own state (for the overhead benchmark)."""
         return 0
+
+    def stats(self) -> dict[str, int | float]:
+        """A few numbers about the policy's own decisions for the engine integrations' metrics
+        (the vLLM connector exports the keys it knows). Read on every stats read (each
+        scheduler step and finished request): keep it O(1)."""
+        return {}

@@ -396,13 +396,22 @@ class HostedRuntime:
                 else:
                     self.counts["prefetch_ignored"] += 1
 
+    def _policy_stats(self) -> dict:
+        """The policy's own numbers, as `policy_*` keys; a policy failing here fails nothing else."""
+        try:
+            return {f"policy_{k}": v for k, v in self.policy.stats().items()}
+        except Exception as exc:  # noqa: BLE001 - metrics must not take the engine down
+            self.fail("policy.stats", exc)
+            return {}
+
     def stats(self) -> dict:
+        own = self._policy_stats() if not self.failed else {}
         out = dict(self.counts, mirrored=len(self.mirror), failed=self.failed,
                    policy=self.cfg.policy, reorder=self.reorder, events=self._events,
                    live_workflows=len(self.runtime.workflows),
                    workflows_capped=self.runtime.forced_ends,
                    workflows_silenced=self.runtime.silent_ends, runtime_s=round(self.runtime_s, 4),
-                   runtime_max_s=round(self.runtime_max_s, 5), **self.hint_counts.as_dict())
+                   runtime_max_s=round(self.runtime_max_s, 5), **self.hint_counts.as_dict(), **own)
         if self.orderer is not None:
             st = self.orderer.stats
             out.update(reorders=st.runs, relinks=st.relinks, moved=st.moved, scored=st.scored,

@@ -97,6 +97,10 @@ METRICS: tuple[MetricDef, ...] = (
               sources=(_k("reorders"),)),
     MetricDef("reorder_seconds", "counter", "Time spent putting vLLM's free queue in policy order",
               sources=(_k("reorder_s"),)),
+    MetricDef("forecasts_overruled", "gauge", "Agents whose next-call forecasts PBKV-TA now takes "
+              "from its online model because the trained predictor's were decisively worse (a "
+              "predictor that does not fit this deployment); 0 for other policies",
+              sources=(_k("policy_forecasts_overruled"),)),
     MetricDef("runtime_seconds", "counter", "Time spent in the runtime's observe, act and sweep "
               "(in vLLM's scheduler process; reordering not included)", sources=(_k("runtime_s"),)),
 )
