@@ -46,7 +46,7 @@ from agentrt.vllm.hosttier import GROUP0, HostTier, StepPlan
 from agentrt.vllm.identity import Identity, request_identity
 from agentrt.vllm.kvhints import HintCounts
 from agentrt.vllm.mirror import Mirror, hash_int
-from agentrt.vllm.reorder import QueueOrderer
+from agentrt.vllm.reorder import QueueOrderer, Stopwatch
 
 log = logging.getLogger("agentrt.vllm")
 
@@ -103,8 +103,7 @@ class HostedRuntime:
         self._t0 = time.monotonic()
         self._next_sweep = cfg.sweep_interval_s
         self._events = 0
-        self.runtime_s = 0.0       # time in the runtime's observe, act and sweep (not reordering)
-        self.runtime_max_s = 0.0
+        self.runtime_time = Stopwatch()   # the runtime's observe, act and sweep (not reordering)
         self.host = HostTier(cfg.host_blocks, self._score) if cfg.host_blocks > 0 else None
         self._plans: dict[str, tuple[int, list[bytes]]] = {}   # request -> (first block, host keys)
         self.counts = {"arrived": 0, "finished": 0, "evicted": 0, "demoted": 0, "host_hit_blocks": 0,
@@ -127,13 +126,7 @@ class HostedRuntime:
         try:
             self.runtime.observe(e)
         finally:
-            self._timed(t0)
-
-    def _timed(self, t0: float) -> None:
-        d = time.perf_counter() - t0
-        self.runtime_s += d
-        if d > self.runtime_max_s:
-            self.runtime_max_s = d
+            self.runtime_time.add(time.perf_counter() - t0)
 
     def _score(self, node):
         fa = self.cfg.fail_after
@@ -373,7 +366,7 @@ class HostedRuntime:
         try:
             return self.runtime.sweep(now)
         finally:
-            self._timed(t0)
+            self.runtime_time.add(time.perf_counter() - t0)
 
     def end_step(self) -> StepPlan | None:
         """This step's host copies for the worker (also after a failure: committed loads must run)."""
@@ -385,7 +378,7 @@ class HostedRuntime:
         try:
             actions = list(self.runtime.act(view.now, view))
         finally:
-            self._timed(t0)
+            self.runtime_time.add(time.perf_counter() - t0)
         for a in actions:
             if type(a) is WarmUp:
                 self.counts["warmup_actions"] += 1   # the server's job: the connector cannot send requests
@@ -410,12 +403,12 @@ class HostedRuntime:
                    policy=self.cfg.policy, reorder=self.reorder, events=self._events,
                    live_workflows=len(self.runtime.workflows),
                    workflows_capped=self.runtime.forced_ends,
-                   workflows_silenced=self.runtime.silent_ends, runtime_s=round(self.runtime_s, 4),
-                   runtime_max_s=round(self.runtime_max_s, 5), **self.hint_counts.as_dict(), **own)
+                   workflows_silenced=self.runtime.silent_ends, runtime_s=round(self.runtime_time.seconds, 4),
+                   runtime_max_s=round(self.runtime_time.max_seconds, 5), **self.hint_counts.as_dict(), **own)
         if self.orderer is not None:
             st = self.orderer.stats
             out.update(reorders=st.runs, relinks=st.relinks, moved=st.moved, scored=st.scored,
-                       reorder_s=round(st.seconds, 4), reorder_max_s=round(st.max_seconds, 5))
+                       reorder_s=round(st.time.seconds, 4), reorder_max_s=round(st.time.max_seconds, 5))
         if self.host is not None:
             out.update(host_resident=len(self.host), host_saved=self.host.stats.saved,
                        host_loaded=self.host.stats.loaded, host_dropped=self.host.stats.dropped,

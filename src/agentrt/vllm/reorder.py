@@ -22,7 +22,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Stopwatch:
+    """Time spent on one kind of work: the total and the longest single stretch (seconds)."""
+    seconds: float = 0.0
+    max_seconds: float = 0.0
+
+    def add(self, dt: float) -> None:
+        self.seconds += dt
+        if dt > self.max_seconds:
+            self.max_seconds = dt
 
 
 @dataclass(slots=True)
@@ -31,8 +43,7 @@ class ReorderStats:
     relinks: int = 0         # times blocks were moved
     moved: int = 0           # blocks relinked, in total
     scored: int = 0          # score() calls
-    seconds: float = 0.0     # time spent, in total
-    max_seconds: float = 0.0
+    time: Stopwatch = field(default_factory=Stopwatch)
 
 
 class QueueOrderer:
@@ -60,12 +71,8 @@ class QueueOrderer:
         try:
             return self._order(epoch)
         finally:
-            dt = time.perf_counter() - t0
-            st = self.stats
-            st.runs += 1
-            st.seconds += dt
-            if dt > st.max_seconds:
-                st.max_seconds = dt
+            self.stats.runs += 1
+            self.stats.time.add(time.perf_counter() - t0)
 
     def _order(self, epoch) -> int:
         if epoch != self._epoch:
