@@ -52,7 +52,7 @@ class ForecastJudge:
         self.window = window
         self.max_keys = max_keys
         self._keys: OrderedDict[tuple[str, str], _Losses] = OrderedDict()
-        self._online: set[tuple[str, str]] = set()     # the keys `prefers_online` is true for
+        self._online: set[tuple[str, str]] = set()     # keys whose online losses are decisively lower
 
     def record(self, tenant: str, agent: str, p_trained: float, p_online: float) -> None:
         """The call after `agent`'s had probability `p_trained` under the trained forecast and
@@ -74,16 +74,15 @@ class ForecastJudge:
         s.pairs.append((lt, lo))
         s.trained += lt
         s.online += lo
-        if self.prefers_online(tenant, agent):
+        if s.trained - s.online > DECISIVE:
             self._online.add(key)
         else:
             self._online.discard(key)
 
     def prefers_online(self, tenant: str, agent: str) -> bool:
-        s = self._keys.get((tenant, agent))
-        if s is None or not s.pairs:
-            return False
-        return s.trained - s.online > DECISIVE
+        """Whether the agent's forecasts now come from the online model (decided at `record`;
+        read per live workflow on every refresh of PBKV-TA's densities)."""
+        return (tenant, agent) in self._online
 
     def losses(self, tenant: str, agent: str) -> tuple[float, float, int] | None:
         """(trained, online) summed loss and the outcomes they cover, or None."""
