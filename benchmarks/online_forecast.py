@@ -111,7 +111,7 @@ def cross_replays(trace: Path, blocks: int, foreign: Path) -> dict[str, float]:
 
 def cross(d: Path, only: list[str] | None) -> list[dict]:
     """Every ordered pair of sweep workloads whose agent names meet (see the module docstring)."""
-    best: dict[str, dict] = {}
+    best: dict[str, tuple[float, dict]] = {}   # workload -> (oracle / LRU, its regime row)
     for row in rows(0.0):
         wl = row["workload"]
         ratio = row["results"]["oracle"]["hit_rate"] / max(row["results"]["lru"]["hit_rate"], 1e-9)
