@@ -27,8 +27,9 @@ def setup(policy, gpu=100):
 _rid = [0]
 
 
-def call(rt, cache, wf, agent, ids, t0, t1, tool=False):
-    """One call of `agent` in `wf`: arrives at t0, finishes at t1 (tool: its successor waits on a tool)."""
+def call(rt, cache, wf, agent, ids, t0, t1, tool=False, expected=None):
+    """One call of `agent` in `wf`: arrives at t0, finishes at t1 (tool: its successor waits on a
+    tool; expected: the tool's announced duration)."""
     _rid[0] += 1
     info = ev.CallInfo(rid=_rid[0], workflow=wf, agent=agent, tenant="default", index=_rid[0],
                        hash_ids=ids, input_length=len(ids) * BS, output_length=1, block_size=BS)
@@ -37,9 +38,17 @@ def call(rt, cache, wf, agent, ids, t0, t1, tool=False):
     cache.commit_prompt(lease, t0)
     rt.observe(ev.CallAdmitted(t0, info, lease.node, lease.gpu_hit, lease.host_hit))
     node = lease.node
-    rt.observe(ev.CallFinished(t1, info, node, tool))
+    rt.observe(ev.CallFinished(t1, info, node, tool, expected))
     cache.release(lease, [], t1)
     return node
+
+
+def learn_a_60_s_tool(rt, cache) -> None:
+    """A finished workflow that teaches the gaps after agent a: 60 s after a tool call, 1 s otherwise."""
+    call(rt, cache, "h1", "a", [901], 0.0, 1.0, tool=True)
+    call(rt, cache, "h1", "a", [901, 902], 61.0, 62.0)
+    call(rt, cache, "h1", "a", [901, 902, 903], 63.0, 64.0)
+    rt.observe(ev.WorkflowEnded(64.0, "h1", "default"))
 
 
 def test_a_workflow_waiting_on_a_long_tool_goes_before_one_due_soon():
@@ -50,16 +59,51 @@ def test_a_workflow_waiting_on_a_long_tool_goes_before_one_due_soon():
     for cls in (PBKVHEPolicy, PBKVTimePolicy):
         p = cls(predictor=Fixed(["a"], [0.9]))
         rt, cache = setup(p)
-        # history that teaches the gaps after agent a: 60 s after a tool call, 1 s otherwise
-        call(rt, cache, "h1", "a", [901], 0.0, 1.0, tool=True)
-        call(rt, cache, "h1", "a", [901, 902], 61.0, 62.0)
-        call(rt, cache, "h1", "a", [901, 902, 903], 63.0, 64.0)
-        rt.observe(ev.WorkflowEnded(64.0, "h1", "default"))
+        learn_a_60_s_tool(rt, cache)
         call(rt, cache, "soon", "a", [1, 2], 100.0, 101.0, tool=False)
         call(rt, cache, "late", "a", [3, 4], 100.5, 101.5, tool=True)
         orders[cls.name] = [b.hash for b in cache.peek_victims(3)]
     assert orders["pbkv-he"][1:] == [2, 4]          # retired 903 first, then by recency
     assert orders["pbkv-ta"][1:] == [4, 2]          # the 60 s wait goes first
+
+
+def test_announced_tool_times_decide_between_two_tool_waits():
+    """Both workflows wait on a tool after the same agent, learned to take 60 s. Without
+    announcements the one that started waiting first is due first (its residual is shorter), so
+    the other goes first; announced as 300 s and 2 s, the 300 s wait goes first."""
+    orders = {}
+    for hints in (False, True):
+        p = PBKVTimePolicy(predictor=Fixed(["a"], [0.9]))
+        rt, cache = setup(p)
+        learn_a_60_s_tool(rt, cache)
+        call(rt, cache, "long", "a", [1, 2], 100.0, 101.0, tool=True, expected=300.0 if hints else None)
+        call(rt, cache, "short", "a", [3, 4], 100.5, 101.5, tool=True, expected=2.0 if hints else None)
+        orders[hints] = [b.hash for b in cache.peek_victims(3)]
+    assert orders[False][1:] == [4, 2]
+    assert orders[True][1:] == [2, 4]
+
+
+def test_an_announced_tool_time_holds_until_it_is_overdue():
+    from types import SimpleNamespace
+    from agentrt.policies.timing import AgentTimes
+    t = AgentTimes()
+    info = SimpleNamespace(rid=1, workflow="w", agent="a", tenant="default")
+    t.arrived(0.0, info)
+    t.finished(1.0, info, True, 5.0)
+    wf = SimpleNamespace(id="w", running=False, tenant="default", path=["a"], last_seen=0.0)
+    assert t.next_start(wf, 2.0, 0.0, 10.0) == pytest.approx(6.0)    # announced: back at 1 + 5
+    # overdue: the learned gaps (none yet: the default 10 s) given the 7 s waited
+    assert t.next_start(wf, 8.0, 0.0, 10.0) == pytest.approx(8.0 + 10.0)
+    t.finished(1.0, info, True, None)                                   # nothing announced
+    assert t.next_start(wf, 2.0, 0.0, 10.0) == pytest.approx(12.0)
+    # two waits announced as 4 s and 6 s took 8 s and 12 s: an exact framework, twice optimistic,
+    # so a wait announced as 3 s is read as 6 s
+    t.finished(1.0, info, True, 4.0)
+    t.arrived(9.0, info)
+    t.finished(10.0, info, True, 6.0)
+    t.arrived(22.0, info)
+    t.finished(23.0, info, True, 3.0)
+    assert t.next_start(wf, 24.0, 0.0, 10.0) == pytest.approx(23.0 + 6.0)
 
 
 def test_time_aware_values_follow_expected_time_to_next_use():

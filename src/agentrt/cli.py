@@ -70,7 +70,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                train_fraction: float | None, predictor: Path | None, predictor_kind: str,
                predictor_noise: float, set_: list[str], scheduler: str, max_wait: float | None,
                max_hold: float | None, tenant_weights: str | None, replicas: int = 1,
-               router: str | None = None, shared_chunk_tokens: int | None = None):
+               router: str | None = None, shared_chunk_tokens: int | None = None,
+               tool_hints: float | None = None):
     """The bench run the command line asks for, with the defaults filled in and every value
     checked (`BenchSpec.validate`); nothing generated or replayed yet."""
     from agentrt.bench.runner import BenchOptions
@@ -82,6 +83,9 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     if engine == "vllm" and (replicas != 1 or router is not None):
         raise AgentrtError("--replicas and --router are for the simulator; for real replicas "
                            "see docs/ray.md")
+    if engine == "vllm" and tool_hints is not None:
+        raise AgentrtError("--tool-hints is for the simulator; live clients send tool times as "
+                           "the agentrt.tool_call hint (docs/vllm.md)")
     if trace is not None and workload is not None:
         raise AgentrtError("give either --trace or --workload, not both")
     default_run = trace is None and workload is None
@@ -113,7 +117,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
                         concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                         time_scale=time_scale, train_path=str(train) if train else None,
-                        policy_options=popts, scheduler=scheduler,
+                        policy_options=popts, scheduler=scheduler, tool_hints=tool_hints,
                         scheduler_options=scheduler_options(scheduler, max_wait, tenant_weights,
                                                             max_hold, shared_chunk_tokens))
     spec = BenchSpec(policies=names, trace=trace,
@@ -151,6 +155,7 @@ def bench(
     max_hold: Optional[float] = typer.Option(None, "--max-hold", help="schedulers that hold new workflows back (agent): the longest hold in seconds (default 600)"),
     tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,... (unnamed tenants weigh 1)"),
     shared_chunk_tokens: Optional[int] = typer.Option(None, "--shared-chunk-tokens", help="fair scheduler: while tenants share, each iteration's prefill of all but the least-served tenant is capped at this many tokens (default 512; 0: no cap)"),
+    tool_hints: Optional[float] = typer.Option(None, "--tool-hints", help="simulate a framework that announces how long each tool call will run: the trace's tool time times a lognormal error of this sigma (0: exact; pbkv-ta reads it; default: no estimates, only that a call ended in a tool call)"),
     replicas: int = typer.Option(1, "--replicas", help="simulate this many replicas (each with --gpu-blocks) behind --router"),
     router: Optional[str] = typer.Option(None, "--router", help="with --replicas N: how calls are spread (see `agentrt routers`; default agent)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
@@ -172,7 +177,7 @@ def bench(
                       predictor_kind=predictor_kind, predictor_noise=predictor_noise, set_=set_,
                       scheduler=scheduler, max_wait=max_wait, max_hold=max_hold,
                       tenant_weights=tenant_weights, replicas=replicas, router=router,
-                      shared_chunk_tokens=shared_chunk_tokens)
+                      shared_chunk_tokens=shared_chunk_tokens, tool_hints=tool_hints)
     if engine == "vllm":
         doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir)
     else:

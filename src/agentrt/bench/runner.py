@@ -40,6 +40,7 @@ class BenchOptions:
     policy_options: dict = field(default_factory=dict)   # {policy: {option: value}}
     scheduler: str = defaults.SCHEDULER   # admission order (agentrt.sched)
     scheduler_options: dict = field(default_factory=dict)
+    tool_hints: float | None = None    # the framework announces tool times, with this lognormal error
 
     def validate(self, policies: list[str], cli: bool = False) -> None:
         """Raise `AgentrtError` on the first bad value, naming it as the user wrote it (`cli`:
@@ -56,6 +57,7 @@ class BenchOptions:
         positive(self.time_scale, "time_scale", cli)
         positive(self.max_batch_tokens, "max_batch_tokens", cli)
         positive(self.max_running, "max_running", cli)
+        positive(self.tool_hints, "tool_hints", cli, allow_zero=True)
         if self.train_fraction is not None and not 0.0 <= self.train_fraction < 1.0:
             raise AgentrtError(f"{flag('train_fraction', cli)} must be in [0, 1), got {self.train_fraction}")
         if self.train_path is not None:
@@ -92,6 +94,12 @@ def make_bench_scheduler(opts: BenchOptions):
     return make_scheduler(opts.scheduler, seed=opts.seed, **opts.scheduler_options)
 
 
+def make_tool_hints(opts: BenchOptions):
+    """The simulated framework's tool-time announcements (`engine.tool_hints`), None if off."""
+    from agentrt.engine.tool_hints import ToolHints
+    return None if opts.tool_hints is None else ToolHints(float(opts.tool_hints), opts.seed)
+
+
 def make_trained_policy(name: str, source: TraceSource, opts: BenchOptions):
     """A policy by name, trained on the bench's training split (or --train file) if it learns offline.
 
@@ -126,7 +134,7 @@ def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream
     conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
     sim = Simulator(cfg, policy, source.eval_calls(), concurrency=conc,
                     record_stream=record_stream, progress=progress, time_scale=opts.time_scale,
-                    scheduler=make_bench_scheduler(opts))
+                    scheduler=make_bench_scheduler(opts), tool_hints=make_tool_hints(opts))
     sim.run()
     return sim
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from agentrt.bench.runner import (BenchOptions, ProgressFactory, engine_config,
-                                  make_bench_scheduler, make_trained_policy, plan_split)
+                                  make_bench_scheduler, make_tool_hints, make_trained_policy,
+                                  plan_split)
 from agentrt.bench.source import TraceSource
 from agentrt.errors import AgentrtError
 
@@ -52,7 +53,7 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
     for name in policies:
         cb = progress(name, 1) if progress else None
         cm = run_cluster(source.eval_calls(), replicas, router, cfg, concurrency=conc,
-                         time_scale=opts.time_scale, seed=opts.seed,
+                         time_scale=opts.time_scale, seed=opts.seed, tool_hints=make_tool_hints(opts),
                          policy_factory=lambda name=name: make_trained_policy(name, source, opts),
                          scheduler_factory=lambda: make_bench_scheduler(opts))
         if cb is not None:

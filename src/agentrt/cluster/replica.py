@@ -67,9 +67,9 @@ class Feed:
         return t
 
     def finish(self, c: Call, now: float):
-        tool_call, ended = self.shared.finish(c, now)
+        tool_ms, ended = self.shared.finish(c, now)
         self._on_finish(self.index, c, now, ended)
-        return tool_call, ended
+        return tool_ms, ended
 
     @property
     def late_arrivals(self) -> int:

@@ -15,6 +15,7 @@ from agentrt.cluster.registry import make_router
 from agentrt.cluster.routing import Router
 from agentrt.cluster.sim import ClusterSimulator
 from agentrt.engine.simulator import EngineConfig
+from agentrt.engine.tool_hints import ToolHints
 from agentrt.runtime.policy import Policy
 from agentrt.sched.base import Scheduler
 from agentrt.trace.schema import Call
@@ -26,14 +27,15 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
                 policy_options: dict | None = None, scheduler_options: dict | None = None,
                 policy_factory: Callable[[], Policy] | None = None,
                 scheduler_factory: Callable[[], Scheduler] | None = None,
-                time_routes: bool = False) -> ClusterMetrics:
+                time_routes: bool = False, tool_hints: ToolHints | None = None) -> ClusterMetrics:
     """Replay `calls` (consumed once, in file order) on `n_replicas` replicas behind `router`.
 
     `router`: a name (`agentrt routers`) built with `router_options` and `seed`, or a `Router`.
     `policy` / `scheduler` are names built per replica with their options and `seed`, unless a
     factory is given (e.g. one that trains the policy: `bench.runner.make_trained_policy`).
     `concurrency` / `time_scale` are the replay's (see `engine.replay`). `time_routes` records
-    the wall time of every `route` call (`ClusterMetrics.route_s`).
+    the wall time of every `route` call (`ClusterMetrics.route_s`). `tool_hints`: the framework
+    announces its tool times (`engine.tool_hints`).
     """
     if isinstance(router, str):
         router = make_router(router, seed=seed, **(router_options or {}))
@@ -50,7 +52,8 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
         def scheduler_factory() -> Scheduler:
             return make_scheduler(scheduler, seed=seed, **sopts)
     sim = ClusterSimulator(config, n_replicas, router, iter(calls), policy_factory, scheduler_factory,
-                           concurrency=concurrency, time_scale=time_scale, time_routes=time_routes)
+                           concurrency=concurrency, time_scale=time_scale, time_routes=time_routes,
+                           tool_hints=tool_hints)
     sim.run()
     return cluster_metrics(sim)
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from agentrt.cluster.replica import Feed, SimReplicaView
+from agentrt.engine.tool_hints import ToolHints
 from agentrt.cluster.routing import ClusterHints, RouteRequest, Router
 from agentrt.engine.costs import CostModel
 from agentrt.engine.replay import WorkflowReplay
@@ -51,7 +52,7 @@ class ClusterSimulator:
                  make_policy: Callable[[], Policy | AgentRuntime],
                  make_scheduler: Callable[[], Scheduler] | None = None,
                  concurrency: int | None = None, time_scale: float = 1.0,
-                 time_routes: bool = False) -> None:
+                 time_routes: bool = False, tool_hints: ToolHints | None = None) -> None:
         if n_replicas < 1:
             raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
         self.config = config
@@ -62,7 +63,7 @@ class ClusterSimulator:
         self.views: list[SimReplicaView] = []
         for i in range(n_replicas):
             feed = Feed(i, self.replay, self._finished)
-            sim = Simulator(config, make_policy(), iter(()), arrivals=feed,
+            sim = Simulator(config, make_policy(), iter(()), arrivals=feed, tool_hints=tool_hints,
                             scheduler=make_scheduler() if make_scheduler is not None else None)
             feed.sim = sim
             self.feeds.append(feed)

@@ -86,9 +86,12 @@ class RequestLifecycle:
         m.record_tpot(r.first_token_at, now, info.output_length)
         if now > m.last_finish:
             m.last_finish = now
-        tool_call, ended = self.replay.finish(r.call, now)
+        tool_ms, ended = self.replay.finish(r.call, now)
         if self._events:
-            self._observe(ev.CallFinished(now, info, node, tool_call))
+            hints = self.tool_hints
+            expected = (hints.estimate(info.workflow, info.index, tool_ms * 1e-3)
+                        if hints is not None and tool_ms > 0 else None)
+            self._observe(ev.CallFinished(now, info, node, tool_ms > 0, expected))
         if lease is not None:
             self.cache.release(lease)
         if ended is not None:

@@ -179,10 +179,11 @@ class WorkflowReplay:
             out.append((t, c))
         return out
 
-    def finish(self, c: Call, now: float) -> tuple[bool, _Workflow | None]:
+    def finish(self, c: Call, now: float) -> tuple[float, _Workflow | None]:
         """Record that `c` finished at `now` and release its successors.
 
-        Returns (whether a successor waits on a tool or human, the workflow if it ended).
+        Returns (the shortest tool or human wait, ms, of the successors it releases, 0.0 if none
+        waits: a tool call; the workflow if it ended).
         """
         wf = self.workflows[c.workflow]
         wf.finished[c.call] = now
@@ -193,7 +194,8 @@ class WorkflowReplay:
             # its next call is further down the file (or the file ends without a 'last' flag)
             while not wf.pending and not wf.last_seen and self._may_follow(wf) and self._read_one():
                 pass
-        tool_call = any(c.call in p.after and p.think_ms > 0 for p in wf.pending.values())
+        tool_ms = min((p.think_ms for p in wf.pending.values() if c.call in p.after and p.think_ms > 0),
+                      default=0.0)
         for p in list(wf.pending.values()):
             self._try_release(wf, p)
         idle = wf.outstanding == 0 and not wf.pending
@@ -203,8 +205,8 @@ class WorkflowReplay:
             if self.concurrency is not None:
                 self.active -= 1
                 self._fill_slots(now)
-            return tool_call, wf
-        return tool_call, None
+            return tool_ms, wf
+        return tool_ms, None
 
     @property
     def done(self) -> bool:

@@ -47,6 +47,7 @@ from agentrt.engine.metrics import Metrics
 from agentrt.engine.preemption import Preemption
 from agentrt.engine.presets import Preset
 from agentrt.engine.replay import WorkflowReplay
+from agentrt.engine.tool_hints import ToolHints
 from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, WAITING, Request
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.runtime import AgentRuntime
@@ -86,10 +87,14 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
                  concurrency: int | None = None, record_stream: bool = False,
                  time_scale: float = 1.0,
                  progress: Callable[[int], None] | None = None,
-                 scheduler: Scheduler | None = None, arrivals: WorkflowReplay | None = None) -> None:
+                 scheduler: Scheduler | None = None, arrivals: WorkflowReplay | None = None,
+                 tool_hints: ToolHints | None = None) -> None:
         """`arrivals` replaces the replay of `calls` (then ignored) with another source of the same
-        interface (`pop_arrivals`, `next_arrival`, `finish`, `late_arrivals`): a cluster's feed."""
+        interface (`pop_arrivals`, `next_arrival`, `finish`, `late_arrivals`): a cluster's feed.
+        `tool_hints`: the framework announces each tool wait's expected duration (`tool_hints.py`);
+        None: it announces none (only that the call ended in a tool call)."""
         self.config = config
+        self.tool_hints = tool_hints
         self.sched = scheduler if scheduler is not None else Scheduler()
         if getattr(self.sched, "kv_shares", False) and not isinstance(policy, AgentRuntime):
             policy = TenantShares(policy, getattr(self.sched, "weights", None))

@@ -11,7 +11,9 @@ NSDI 2018), estimated from the runtime's knowledge of agents:
   now plus its agent's mean *residual* service time given how long the call has run, plus the
   mean gap after that agent's calls; if w waits between calls, now plus the mean residual gap
   after its last agent's calls *of the same kind* (ended in a tool call, or not: the runtime's
-  tool-call flag), given how long it has waited. Residuals come from the latest observed
+  tool-call flag), given how long it has waited; where the framework announced how long the
+  tool runs (`CallFinished.tool_expected_s`), the agent's tool waits updated by that
+  announcement, weighed by how far earlier announcements were off (`announced.py`). Residuals come from the latest observed
   durations (tool waits are heavy-tailed: a call that has waited long will likely wait longer;
   past everything observed, as long again). Later steps add the
   expected step cost under the predicted agent distribution: T_{k+1} = T_k + sum_a P_k(a) c_a,
@@ -96,7 +98,7 @@ class PBKVTimePolicy(PBKVPolicy):
         if t is ev.CallArrived and not e.call.warmup:
             self._arrived(e)
         elif t is ev.CallFinished and not e.call.warmup:
-            self.times.finished(e.now, e.call, e.tool_call)
+            self.times.finished(e.now, e.call, e.tool_call, e.tool_expected_s)
         elif t is ev.WorkflowEnded:
             self.times.ended(e.workflow)
             if self.online:

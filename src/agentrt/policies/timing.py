@@ -13,9 +13,11 @@ Both keep a bounded window (`keep`), sorted for O(log n) queries; nothing reads 
 from __future__ import annotations
 
 import bisect
+import math
 
 import numpy as np
 
+from agentrt.policies.announced import MIN_GAP, LogStats, lognormal_residual, posterior
 from agentrt.runtime.window import SampleWindow
 
 TINY = 1e-6   # seconds: floor of an expected residency (a use due now is not infinitely dense)
@@ -38,32 +40,47 @@ class AgentTimes:
     (tenant, agent), the gaps also by whether the call ended in a tool call; unknown agents take
     the mean over all."""
 
-    __slots__ = ("svc", "gap", "svc_all", "gap_all", "_inflight", "_since")
+    __slots__ = ("svc", "gap", "svc_all", "gap_all", "tool_log", "tool_log_all", "err_log",
+                 "err_log_all", "_inflight", "_since")
 
     def __init__(self) -> None:
         self.svc: dict[tuple[str, str], SampleWindow] = {}
         self.gap: dict[tuple[str, str, bool], SampleWindow] = {}
         self.svc_all = SampleWindow()
         self.gap_all = SampleWindow()
+        # announced tool times (`announced.py`): log tool waits, and log(real / announced) waits
+        self.tool_log: dict[tuple[str, str], LogStats] = {}
+        self.tool_log_all = LogStats()
+        self.err_log: dict[tuple[str, str], LogStats] = {}
+        self.err_log_all = LogStats()
         self._inflight: dict[int, tuple[float, str]] = {}     # rid -> (arrival, agent)
-        self._since: dict[str, tuple[float, str, bool]] = {}  # workflow -> its latest finish
+        # workflow -> its latest finish: (time, agent, ended in a tool call, announced tool time)
+        self._since: dict[str, tuple[float, str, bool, float | None]] = {}
 
     def arrived(self, now: float, info) -> None:
         self._inflight[info.rid] = (now, info.agent)
         last = self._since.pop(info.workflow, None)
         if last is not None:
-            t_fin, prev, tool = last
+            t_fin, prev, tool, expected = last
             gap = max(0.0, now - t_fin)
             self.gap.setdefault((info.tenant, prev, tool), SampleWindow()).add(gap)
             self.gap_all.add(gap)
+            if tool:
+                x = math.log(max(gap, MIN_GAP))
+                self.tool_log.setdefault((info.tenant, prev), LogStats()).add(x)
+                self.tool_log_all.add(x)
+                if expected:
+                    x -= math.log(expected)
+                    self.err_log.setdefault((info.tenant, prev), LogStats()).add(x)
+                    self.err_log_all.add(x)
 
-    def finished(self, now: float, info, tool_call: bool) -> None:
+    def finished(self, now: float, info, tool_call: bool, expected_s: float | None = None) -> None:
         started = self._inflight.pop(info.rid, None)
         if started is not None:
             d = now - started[0]
             self.svc.setdefault((info.tenant, started[1]), SampleWindow()).add(d)
             self.svc_all.add(d)
-        self._since[info.workflow] = (now, started[1] if started else info.agent, tool_call)
+        self._since[info.workflow] = (now, started[1] if started else info.agent, tool_call, expected_s)
 
     def ended(self, workflow: str) -> None:
         self._since.pop(workflow, None)
@@ -89,7 +106,10 @@ class AgentTimes:
         return d.residual(elapsed, default)
 
     def next_start(self, wf, now: float, svc_all: float, gap_all: float) -> float:
-        """Expected start of the workflow's next call, given how long the current wait has lasted."""
+        """Expected start of the workflow's next call, given how long the current wait has lasted.
+        Where the framework announced the tool's duration: the mean residual of the agent's tool
+        wait given the announcement (`announced.py`), or, before two waits and two errors are
+        observed, the announced end until it is overdue; else the learned mean residual gap."""
         if wf.running:
             # the latest call is in flight: it arrived at last_seen (the runtime's arrival time)
             agent = wf.path[-1]
@@ -98,11 +118,28 @@ class AgentTimes:
         since = self._since.get(wf.id)
         if since is None:
             return now
-        t_fin, agent, tool = since
-        return now + self.gap_mean(wf.tenant, agent, tool, gap_all, max(0.0, now - t_fin))
+        t_fin, agent, tool, expected = since
+        waited = max(0.0, now - t_fin)
+        if expected:
+            key = (wf.tenant, agent)
+            prior = _stats(self.tool_log.get(key), self.tool_log_all)
+            error = _stats(self.err_log.get(key), self.err_log_all)
+            if prior is not None and error is not None:
+                m, v = posterior(prior, error, expected)
+                return now + lognormal_residual(m, v, waited)
+            if waited < expected:
+                return now + (expected - waited)
+        return now + self.gap_mean(wf.tenant, agent, tool, gap_all, waited)
 
     def entries(self) -> int:
-        return len(self.svc) + len(self.gap)
+        return len(self.svc) + len(self.gap) + len(self.tool_log) + len(self.err_log)
+
+
+def _stats(own: LogStats | None, every: LogStats) -> tuple[float, float] | None:
+    """(mean, var) of the agent's own log values when it has two, else of every agent's, else None."""
+    if own is not None and len(own) >= 2:
+        return own.mean_var()
+    return every.mean_var() if len(every) >= 2 else None
 
 
 def _dropped(leaf, hash_ids) -> int:

@@ -70,6 +70,7 @@ class CallFinished:
     call: CallInfo
     node: "Block | None"
     tool_call: bool = False      # the call ended in a tool call (its successor waits on a tool)
+    tool_expected_s: float | None = None   # the framework's estimate of that tool's duration, if given
 
 
 @dataclass(slots=True)

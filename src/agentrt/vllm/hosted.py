@@ -6,7 +6,8 @@ What it maps (the simulator, `engine/simulator.py`, is the reference for which e
   thread and expected tool time go to `CallInfo.extra["thread"]`, `["tool_expected_s"]`);
 - its first prefix lookup -> `CallAdmitted` with the local hit;
 - `request_finished` -> its cached blocks enter the mirror (`mirror.py`) and are touched,
-  `CallFinished` with the deepest one (the runtime tags the path with the call's thread), then
+  `CallFinished` with the deepest one (the runtime tags the path with the call's thread) and the
+  kv_hints tool-call flag and announced tool time (`tool_expected_s`), then
   `WorkflowEnded` if the call was its workflow's last;
 - vLLM reusing a mirrored block -> the node leaves the mirror, `BlocksEvicted` (batched per step).
   Evictions are seen through the block pool's reuse watchers (`BlockPool._reuse_watchers`, the
@@ -272,7 +273,8 @@ class HostedRuntime:
         self._dirty = True
         self.counts["finished"] += 1
         now = self.now()
-        self._observe(ev.CallFinished(now, info, node, idt.tool_call))
+        self._observe(ev.CallFinished(now, info, node, idt.tool_call,
+                                      idt.tool_expected_s if idt.tool_call else None))
         if idt.end and not idt.warmup:
             self.counts["workflows_ended"] += 1
             if not idt.explicit:             # a request that named no workflow was one
