@@ -3,7 +3,8 @@ uvicorn in a thread: shared by test_serve_tenancy.py and test_serve_faults.py.
 
 The upstream's behaviour is chosen per request by the `X-Fake` header (serve forwards it):
 json (default), stream, break (two SSE events, then the connection is cut), gzip-stream,
-gzip-json, hang (sleep `X-Hang` seconds before answering), stream-hang (one event, then sleep).
+gzip-json, hang (sleep `X-Hang` seconds before answering), stream-hang (one event, then sleep);
+or a name in `answers` (name -> (JSON answer, SSE stream), chosen by the body's `stream`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ SSE = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in EVENTS) + b
 class FakeUpstream:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict, dict]] = []
+        self.answers: dict[str, tuple[bytes, bytes]] = {}
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -66,6 +68,15 @@ class FakeUpstream:
                 hdrs = {k.lower(): v for k, v in self.headers.items()}
                 outer.requests.append((self.path, body, hdrs))
                 mode = hdrs.get("x-fake", "json")
+                if mode in outer.answers:
+                    answer, sse = outer.answers[mode]
+                    if not body.get("stream"):
+                        return self._send(200, answer, "application/json")
+                    self._start_stream()
+                    for e in sse.split(b"\n\n")[:-1]:
+                        self._chunk(e + b"\n\n")
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
                 if mode == "hang":
                     time.sleep(float(hdrs.get("x-hang", "5")))
                 if mode in ("json", "hang"):

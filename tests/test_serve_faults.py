@@ -185,5 +185,57 @@ def test_gzip_answers_pass_through_with_their_encoding(srv, stream):
         assert r.content == SSE                  # httpx decoded the gzip the upstream sent
     else:
         assert r.json()["choices"][0]["message"]["content"] == "ok"
-    assert srv.app.state.bridge.metrics.totals()["prompt_tokens"] >= 100   # usage read from the gzip
+    # usage read from the gzip (the server counts it once the answer is sent: wait for it)
+    assert wait_until(lambda: srv.app.state.bridge.metrics.totals()["prompt_tokens"] >= 100, 3)
     assert_clean(srv)
+
+
+TOOL_ANSWER = {"id": "x", "object": "chat.completion", "usage": {"prompt_tokens": 100, "completion_tokens": 5},
+               "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                   "role": "assistant", "content": None, "tool_calls": [
+                       {"id": "c1", "type": "function", "function": {"name": "run_tests", "arguments": "{}"}}]}}]}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_ending_in_a_tool_call_reaches_the_runtime(stream):
+    """The runtime sees `tool_call` from the answer alone: `ttl` pins the agent's thread while
+    its tool runs; a plain answer pins nothing."""
+    u = FakeUpstream()
+    events = [{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                                                   "function": {"name": "run_tests"}}]}}]},
+              {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
+    sse = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    u.answers["tool"] = (json.dumps(TOOL_ANSWER).encode(), sse)
+    s = start_serve(u.url, "ttl")
+    try:
+        b = s.app.state.bridge
+        for mode in ("json", "tool"):
+            r = httpx.post(s.url + "/v1/chat/completions", json={**CHAT, "stream": stream},
+                           headers={"X-Fake": mode, "X-Workflow-Id": f"w-{mode}", "X-Agent-Id": "coder"}, timeout=10)
+            assert r.status_code == 200
+            assert wait_until(lambda: b.in_flight == 0, 3)
+        assert [c["tool_call"] for c in list(b.recent)[-2:]] == [False, True]
+        assert b.runtime.policy.pins == 1
+        assert b.runtime.workflows["w-tool"].threads["coder"].pinned_until > 0
+    finally:
+        s.stop()
+        u.close()
+
+
+def test_a_tool_call_finish_split_across_stream_chunks_is_found():
+    from agentrt.serve.proxy import HotPath
+    data = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}\n\ndata: [DONE]\n\n'
+    cut = data.index(b"tool_calls") + 3
+
+    class Resp:
+        async def chunks(self):
+            for part in (data[:cut], data[cut:]):
+                yield part
+
+    sent = []
+
+    async def send(m):
+        sent.append(m)
+    status, usage, tool = asyncio.run(HotPath._relay(None, send, Resp(), [], None, {"gone": False}))
+    assert (status, usage, tool) == (200, None, True)
+    assert b"".join(m.get("body", b"") for m in sent) == data

@@ -17,13 +17,17 @@ Every other route goes to the FastAPI app behind it. Per request, in order:
 5. the answer: status, headers (content encoding included) and bytes as the upstream sent them. A
    stream that breaks (upstream died, read timeout) ends with an SSE `error` event and
    `data: [DONE]` (an encoded stream cannot take a plain event: its connection is cut instead).
-   Unreachable: 502; connect or read timeout before the answer: 504.
+   Unreachable: 502; connect or read timeout before the answer: 504. A copy of the answer is
+   read for its `usage` and for whether it ends in a tool call (a choice finishing with
+   `tool_calls` or `function_call`): the runtime's `CallFinished.tool_call`, so that `ttl` and
+   `pbkv-ta` know a workflow now waits on a tool without the client saying so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import zlib
 
 import orjson
@@ -51,6 +55,25 @@ async def send_json(send, status: int, body: bytes, headers: list | None = None)
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())] + (headers or [])})
     await send({"type": "http.response.body", "body": body})
+
+
+TOOL_FINISH = re.compile(rb'"finish_reason"\s*:\s*"(?:tool_calls|function_call)"')
+TOOL_REASONS = ("tool_calls", "function_call")
+
+
+def _answer(data: bytes) -> tuple[dict | None, bool]:
+    """A JSON answer's `usage`, and whether one of its choices ends in a tool call."""
+    try:
+        obj = orjson.loads(data)
+    except ValueError:
+        return None, False
+    if not isinstance(obj, dict):
+        return None, False
+    u = obj.get("usage")
+    choices = obj.get("choices")
+    tool = isinstance(choices, list) and any(
+        isinstance(c, dict) and c.get("finish_reason") in TOOL_REASONS for c in choices)
+    return (u if isinstance(u, dict) else None), tool
 
 
 def _usage(data: bytes) -> dict | None:
@@ -164,7 +187,7 @@ class HotPath:
         except ConnectionError:
             return
         call = bridge.arrive(path, body, ident)
-        status, usage = "error", None
+        status, usage, tool = "error", None, False
         ctx = {"resp": None, "conn": None, "gone": False}
         watcher = asyncio.ensure_future(self._watch(receive, ctx))
         resp = None
@@ -196,7 +219,7 @@ class HotPath:
             dec = _decoder(resp.header(b"content-encoding"))
             if resp.status == 200 and ctype_up.startswith(b"text/event-stream"):
                 status = "broken"
-                status, usage = await self._relay(send, resp, headers, dec, ctx)
+                status, usage, tool = await self._relay(send, resp, headers, dec, ctx)
                 return
             try:
                 content = await resp.read()
@@ -206,7 +229,7 @@ class HotPath:
                 return await send_json(send, *error_response(code, f"upstream answer broke off: {e}", typ))
             status = resp.status
             if status == 200 and dec is not False:
-                usage = _usage(content if dec is None else _inflate(dec, content))
+                usage, tool = _answer(content if dec is None else _inflate(dec, content))
             headers.append((b"content-length", str(len(content)).encode()))
             await send({"type": "http.response.start", "status": resp.status, "headers": headers})
             await send({"type": "http.response.body", "body": content})
@@ -214,17 +237,20 @@ class HotPath:
             watcher.cancel()
             if resp is not None:
                 resp.abort()                     # no-op once the answer was read to its end
-            bridge.finish(call, status, usage)
+            bridge.finish(call, status, usage, tool)
 
     async def _relay(self, send, resp, headers, dec, ctx) -> tuple:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        usage, tail = None, b""
+        usage, tail, tool, edge = None, b"", False, b""
         try:
             async for chunk in resp.chunks():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 if dec is False:
                     continue
                 text = chunk if dec is None else _inflate(dec, chunk)
+                if not tool:     # `edge`: the last bytes of the previous chunk, for a split match
+                    tool = TOOL_FINISH.search(edge + text) is not None
+                    edge = text[-48:]
                 if b'"usage"' in text or tail:
                     lines = (tail + text).split(b"\n")
                     tail = lines.pop()
@@ -235,16 +261,16 @@ class HotPath:
                         tail = b""
         except UpstreamError as e:
             if ctx["gone"]:
-                return "gone", usage
+                return "gone", usage, tool
             if dec is not None:                  # an encoded stream: cut it, never truncate silently
                 raise ConnectionAbortedError("upstream stream broke off") from None
             code, typ = (504, "GatewayTimeoutError") if isinstance(e, UpstreamTimeout) else (502, "BadGatewayError")
             err = orjson.dumps(error_body(f"upstream stream broke off: {e}", typ, None, code))
             await send({"type": "http.response.body", "body": b"data: " + err + b"\n\ndata: [DONE]\n\n",
                         "more_body": False})
-            return "broken", usage
+            return "broken", usage, tool
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return 200, usage
+        return 200, usage, tool
 
     async def _watch(self, receive, ctx) -> None:
         """Abort the upstream call when the client disconnects (its answer would go nowhere)."""

@@ -168,12 +168,15 @@ class RuntimeBridge:
         while len(self._templates) > self._max_templates:
             self._templates.popitem(last=False)
 
-    def finish(self, call: Call, status: int | str, usage: dict | None) -> None:
+    def finish(self, call: Call, status: int | str, usage: dict | None, tool_call: bool = False) -> None:
+        """The call's answer ended (`status`: the upstream's, or how it failed); `tool_call`: the
+        answer ends in a tool call, so the workflow's next call waits on a tool."""
         now = self.clock()
         self.in_flight = max(0, self.in_flight - 1)
         self.metrics.in_flight_now.set(self.in_flight)
+        tool_call = tool_call and status == 200
         if call.info is not None:
-            self._guard("observe", self.runtime.observe, ev.CallFinished(now, call.info, None))
+            self._guard("observe", self.runtime.observe, ev.CallFinished(now, call.info, None, tool_call))
         if call.sched_info is not None:
             self._guard("scheduler", self.scheduler.done, call.sched_info, now, status == 200, usage)
         if status == 200:
@@ -187,7 +190,8 @@ class RuntimeBridge:
                             "agent_source": call.ident.agent_source, "tenant": call.ident.tenant,
                             "workflow_source": call.ident.workflow_source, "end": call.ident.end,
                             "endpoint": call.endpoint, "status": status, "prompt_tokens": prompt,
-                            "cached_tokens": cached, "warmup": False, "priority": call.priority})
+                            "cached_tokens": cached, "warmup": False, "priority": call.priority,
+                            "tool_call": tool_call})
         if self.in_flight == 0:
             self._wake.set()
 
