@@ -50,7 +50,7 @@ def test_cut_calls_keeps_whole_workflows_and_tool_calls():
              _call("c", 0)]
     assert [c.workflow for c in cut_calls(calls, 3)] == ["a", "a"]
     assert len(cut_calls(calls, None)) == 5
-    assert tool_calls(calls) == {("b", 0)}
+    assert tool_calls(calls) == {("b", 0): 500}
 
 
 def test_prometheus_counters_summed_over_labels():
@@ -94,7 +94,7 @@ def test_bench_engine_vllm_short_run(tmp_path, tiny_model):
     out = tmp_path / "res.json"
     cmd = [sys.executable, "-m", "agentrt.cli", "bench", "--engine", "vllm", "--trace", str(trace),
            "--policies", "lru,pbkv-lae,belady", "--vllm-blocks", "64", "--scale", "0.5",
-           "--json", str(out), "--quiet", "--log-dir", str(tmp_path / "logs")]
+           "--json", str(out), "--quiet", "--log-dir", str(tmp_path / "logs"), "--tool-hints", "0"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "pbkv-lae" in p.stdout and "offline bounds" in p.stderr
@@ -113,3 +113,6 @@ def test_bench_engine_vllm_short_run(tmp_path, tiny_model):
         assert r["errors"] == 0 and r["calls"] == 9 and r["prompt_tokens"] > 0
         assert 0.0 < r["hit_rate"] < 1.0           # the shared system prompts hit
         assert r["connector"]["policy"] == name and not r["connector"]["failed"]
+        # each planner call before the coder's 20 ms tool wait announced it (a kv_hints action)
+        assert r["connector"]["hints_actions"] == 3 and r["connector"]["hints_envelopes"] == 3
+    assert doc["config"]["tool_hints"] == 0

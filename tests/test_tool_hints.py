@@ -98,8 +98,8 @@ def test_the_simulator_announces_tool_times_only_when_asked(hints, expected):
 def test_tool_hints_option_is_checked_and_recorded(monkeypatch, capsys, no_work, tmp_path):  # noqa: F811
     assert "--tool-hints must be >= 0, got -1.0" in error_of(
         monkeypatch, capsys, "bench", "--workload", "gaia", "--tool-hints", "-1")
-    assert "--tool-hints is for the simulator" in error_of(
-        monkeypatch, capsys, "bench", "--workload", "gaia", "--engine", "vllm", "--tool-hints", "0")
+    assert "--tool-hints must be >= 0, got -1.0" in error_of(
+        monkeypatch, capsys, "bench", "--workload", "gaia", "--engine", "vllm", "--tool-hints", "-1")
     from agentrt.api import simulate
     with pytest.raises(AgentrtError, match="tool_hints must be >= 0"):
         simulate("gaia", "lru", tool_hints=-2.0, workflows=4)

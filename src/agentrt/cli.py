@@ -83,9 +83,6 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     if engine == "vllm" and (replicas != 1 or router is not None):
         raise AgentrtError("--replicas and --router are for the simulator; for real replicas "
                            "see docs/ray.md")
-    if engine == "vllm" and tool_hints is not None:
-        raise AgentrtError("--tool-hints is for the simulator; live clients send tool times as "
-                           "the agentrt.tool_call hint (docs/vllm.md)")
     if trace is not None and workload is not None:
         raise AgentrtError("give either --trace or --workload, not both")
     default_run = trace is None and workload is None
@@ -155,7 +152,7 @@ def bench(
     max_hold: Optional[float] = typer.Option(None, "--max-hold", help="schedulers that hold new workflows back (agent): the longest hold in seconds (default 600)"),
     tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,... (unnamed tenants weigh 1)"),
     shared_chunk_tokens: Optional[int] = typer.Option(None, "--shared-chunk-tokens", help="fair scheduler: while tenants share, each iteration's prefill of all but the least-served tenant is capped at this many tokens (default 512; 0: no cap)"),
-    tool_hints: Optional[float] = typer.Option(None, "--tool-hints", help="simulate a framework that announces how long each tool call will run: the trace's tool time times a lognormal error of this sigma (0: exact; pbkv-ta reads it; default: no estimates, only that a call ended in a tool call)"),
+    tool_hints: Optional[float] = typer.Option(None, "--tool-hints", help="act as a framework that announces how long each tool call will run: the trace's tool time times a lognormal error of this sigma (0: exact; pbkv-ta reads it; with --engine vllm sent as the agentrt.tool_call kv_hint; default: no estimates, only that a call ended in a tool call)"),
     replicas: int = typer.Option(1, "--replicas", help="simulate this many replicas (each with --gpu-blocks) behind --router"),
     router: Optional[str] = typer.Option(None, "--router", help="with --replicas N: how calls are spread (see `agentrt routers`; default agent)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
@@ -209,7 +206,8 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
                               train_fraction=o.train_fraction, train_path=o.train_path,
                               policy_options=o.policy_options,
                               log_dir=str(log_dir) if log_dir else None,
-                              scheduler=o.scheduler, scheduler_options=dict(o.scheduler_options))
+                              scheduler=o.scheduler, scheduler_options=dict(o.scheduler_options),
+                              tool_hints=o.tool_hints)
     source, owned = spec.open_source()
     try:
         with _progress(quiet) as prog:

@@ -26,10 +26,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from agentrt.engine.replay import WorkflowReplay
+from agentrt.engine.tool_hints import ToolHints
 from agentrt.enginebench.priority import BenchPriorities
 from agentrt.enginebench.render import Renderer
 from agentrt.trace.schema import Call
 from agentrt.vllm.identity import xargs_for
+from agentrt.vllm.kvhints import agentrt_actions, envelope
 
 if TYPE_CHECKING:
     import httpx
@@ -61,13 +63,15 @@ class ReplayResult:
         return sum(1 for c in self.calls if c.error)
 
 
-def tool_calls(calls: list[Call]) -> set[tuple[str, int]]:
-    """Calls whose successor waits on a tool (a later call lists it in `after` with think time)."""
-    out = set()
+def tool_calls(calls: list[Call]) -> dict[tuple[str, int], float]:
+    """Calls whose successor waits on a tool (a later call lists it in `after` with think time),
+    with the shortest such wait in ms (what the simulator's replay reports as the tool wait)."""
+    out: dict[tuple[str, int], float] = {}
     for c in calls:
         if c.think_ms > 0:
             for a in c.after:
-                out.add((c.workflow, a))
+                key = (c.workflow, a)
+                out[key] = min(out.get(key, c.think_ms), c.think_ms)
     return out
 
 
@@ -78,11 +82,16 @@ def scale_think(calls: list[Call], think_scale: float) -> list[Call]:
 
 
 async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt: list[int],
-               max_tokens: int, tool_call: bool, priority: int | None = None) -> CallResult:
+               max_tokens: int, tool_call: bool, priority: int | None = None,
+               expected_s: float | None = None) -> CallResult:
+    """One call, streamed; `expected_s`: the tool time it announces (an `agentrt.tool_call` kv_hint)."""
     import httpx
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
             "vllm_xargs": xargs_for(c.workflow, c.agent, c.tenant, c.call, bool(c.last), tool_call)}
+    if expected_s is not None:
+        body["kv_transfer_params"] = {"kv_hints": envelope(
+            agentrt_actions(tool_call=True, expected_s=expected_s), f"{c.workflow}/{c.call}")}
     if priority is not None:
         body["priority"] = priority
     t0 = time.perf_counter()
@@ -119,7 +128,10 @@ async def replay(base_url: str, model: str, calls: list[Call], renderer: Rendere
                  concurrency: int | None, time_scale: float = 1.0, think_scale: float = 1.0,
                  progress: Callable[[int], None] | None = None,
                  client: httpx.AsyncClient | None = None,
-                 priorities: BenchPriorities | None = None) -> ReplayResult:
+                 priorities: BenchPriorities | None = None,
+                 tool_hints: ToolHints | None = None) -> ReplayResult:
+    """Replay `calls` against the server; with `tool_hints`, a call its successor waits on a tool
+    after announces that wait (think times scaled by `think_scale`), as the simulator does."""
     import httpx
     tools = tool_calls(calls)
     calls = scale_think(calls, think_scale)
@@ -140,9 +152,12 @@ async def replay(base_url: str, model: str, calls: list[Call], renderer: Rendere
                 if res.first_issue is None:
                     res.first_issue = now
                 prio = priorities.arrive(c, now) if priorities is not None else None
+                wait_ms = tools.get((c.workflow, c.call))
+                expected = (tool_hints.estimate(c.workflow, c.call, wait_ms * think_scale * 1e-3)
+                            if tool_hints is not None and wait_ms is not None else None)
                 task = asyncio.ensure_future(_one(client, url, model, c, renderer.render(c),
                                                   renderer.output_tokens(c),
-                                                  (c.workflow, c.call) in tools, prio))
+                                                  wait_ms is not None, prio, expected))
                 pending[task] = c
             nxt = rp.next_arrival()
             if not pending and nxt is None:
