@@ -3,6 +3,8 @@
 - Durations of one kind (a service time, a gap after an agent's calls) are a `SampleWindow`
   (`runtime/window.py`): their mean and mean residual time after some has passed (heavy-tailed
   waits: a call that has waited long is likely to wait longer, so "overdue" never means "due now").
+- Tool waits the framework announced (`CallFinished.tool_expected_s`) are read against the
+  agent's logged tool waits and the logged errors of earlier announcements (`announced.py`).
 - `thread_density`: a thread's expected hits per second of residency from the predictor's step
   probabilities and the expected step times.
 - `_Tail`: the latest counts of blocks at the end of a thread's path that its next call did not
@@ -80,6 +82,8 @@ class AgentTimes:
             d = now - started[0]
             self.svc.setdefault((info.tenant, started[1]), SampleWindow()).add(d)
             self.svc_all.add(d)
+        if expected_s is not None:
+            expected_s = max(expected_s, MIN_GAP)      # "no wait at all" is a very short one
         self._since[info.workflow] = (now, started[1] if started else info.agent, tool_call, expected_s)
 
     def ended(self, workflow: str) -> None:
