@@ -7,6 +7,7 @@ with the tiny local model (session-scoped servers, stopped by PID).
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 import types
@@ -230,6 +231,17 @@ def test_pool_policy_stats_reach_the_connector_stats_and_a_raising_one_is_contai
     st = ph.h.stats()                                 # no exception into the caller
     assert ph.h.failed and st["failed"] is True and "policy_forecasts_overruled" not in st
     assert not ph.h.reorder                           # vLLM carries on with its own LRU order
+
+
+@requires_vllm
+@pytest.mark.parametrize("bad", [{"x": "3"}, {"x": float("nan")}, {"x": {1, 2}}, {3: 1}])
+def test_pool_policy_stats_that_are_not_numbers_fail_the_policy_not_the_log(bad):
+    ph = PoolHarness("pbkv-ta", 64)
+    ph.call(_prompt(1, 4), {"agentrt_workflow": "w", "agentrt_agent": "a"})
+    ph.h.policy.stats = lambda: dict(bad)
+    st = ph.h.stats()
+    assert ph.h.failed and not any(k.startswith("policy_") for k in st)
+    json.dumps(st, allow_nan=False)                   # what the event log writes stays JSON
 
 
 @requires_vllm

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import time
 
 from agentrt.cache.block import HOST
@@ -392,9 +393,16 @@ class HostedRuntime:
                     self.counts["prefetch_ignored"] += 1
 
     def _policy_stats(self) -> dict:
-        """The policy's own numbers, as `policy_*` keys; a policy failing here fails nothing else."""
+        """The policy's own numbers, as `policy_*` keys; a policy failing here fails nothing else.
+        Anything but a finite number under a string key is the policy's bug: it fails as a raise
+        would (the stats go into the JSON event log and Prometheus)."""
         try:
-            return {f"policy_{k}": v for k, v in self.policy.stats().items()}
+            out = {}
+            for k, v in self.policy.stats().items():
+                if not isinstance(k, str) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise TypeError(f"Policy.stats() must map names to finite numbers, got {k!r}: {v!r}")
+                out[f"policy_{k}"] = v
+            return out
         except Exception as exc:  # noqa: BLE001 - metrics must not take the engine down
             self.fail("policy.stats", exc)
             return {}
