@@ -57,6 +57,8 @@ class ServeMetrics:
         self.no_usage = Counter("agentrt_requests_without_usage", "Successful calls whose response "
                                 "had no usage (streams without include_usage)", pa, registry=r)
         self.prompt_tokens = Counter("agentrt_prompt_tokens", "Prompt tokens of user calls", pa, registry=r)
+        self.tool_calls = Counter("agentrt_tool_calls", "Successful calls whose answer ends in a tool "
+                                  "call (finish_reason tool_calls or function_call)", pa, registry=r)
         self.cached_tokens = Counter("agentrt_cached_tokens", "Prompt tokens of user calls served "
                                      "from the engine's prefix cache", pa, registry=r)
         self.agent_hit_rate = Gauge("agentrt_agent_hit_rate", "Cached / prompt tokens of an agent's "
@@ -107,7 +109,7 @@ class ServeMetrics:
         self.workflows_ended.labels(self.policy, self.tenant_label(tenant), r).inc()
 
     def call(self, agent: str | None, endpoint: str, status: int | str, seconds: float,
-             usage: dict | None, tenant: str = "default") -> None:
+             usage: dict | None, tenant: str = "default", tool_call: bool = False) -> None:
         a = self.agent_label(agent)
         p = self.policy
         key = (a, endpoint, status)
@@ -118,11 +120,13 @@ class ServeMetrics:
             ch = self._children[key] = (
                 self.requests.labels(p, a, endpoint, str(status)), self.latency.labels(p, endpoint),
                 self.no_usage.labels(p, a), self.prompt_tokens.labels(p, a), self.cached_tokens.labels(p, a),
-                self.agent_hit_rate.labels(p, a), self.hit_rate.labels(p))
+                self.agent_hit_rate.labels(p, a), self.hit_rate.labels(p), self.tool_calls.labels(p, a))
         ch[0].inc()
         ch[1].observe(seconds)
         if status != 200:
             return
+        if tool_call:
+            ch[7].inc()
         prompt, cached = usage_tokens(usage)
         if prompt is None:
             ch[2].inc()

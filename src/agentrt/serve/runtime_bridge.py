@@ -184,7 +184,8 @@ class RuntimeBridge:
         if call.ident.end:
             self.end_workflow(call.ident.key, call.ident.tenant,
                               "call" if call.ident.workflow_source == "call" else "client")
-        self.metrics.call(call.agent, call.endpoint, status, now - call.started, usage, call.ident.tenant)
+        self.metrics.call(call.agent, call.endpoint, status, now - call.started, usage, call.ident.tenant,
+                          tool_call)
         prompt, cached = usage_tokens(usage)
         self.recent.append({"workflow": call.ident.workflow, "agent": call.agent,
                             "agent_source": call.ident.agent_source, "tenant": call.ident.tenant,
