@@ -112,6 +112,8 @@ def test_bench_records_the_setting(tmp_path):
                    check=True, capture_output=True)
     doc = json.loads(out.read_text())
     assert doc["config"]["tool_hints"] == 0.5
+    from agentrt.bench.report import run_summary
+    assert run_summary(doc)[2].endswith("| tool times announced, lognormal error 0.5")
     assert set(doc["results"]) == {"lru", "pbkv-ta"}
 
 

@@ -74,9 +74,11 @@ def run_summary(doc: dict) -> list[str]:
     """The run in three lines: what was replayed; load, capacity, preset; training split."""
     cfg = doc["config"]
     sched = cfg.get("scheduler", "fcfs")
+    hints = cfg.get("tool_hints")
     return [f"{doc['trace']}: {doc['calls']:,} calls, {doc['workflows']:,} workflows scored",
             f"load: {load_text(cfg)} | capacity: {capacity_text(cfg)} | preset: {cfg['preset']}",
-            f"training split: {split_text(cfg)}" + (f" | scheduler {sched}" if sched != "fcfs" else "")]
+            f"training split: {split_text(cfg)}" + (f" | scheduler {sched}" if sched != "fcfs" else "")
+            + (f" | tool times announced, lognormal error {hints:g}" if hints is not None else "")]
 
 
 # (header, result key, format); TPOT only when the engine recorded it
