@@ -150,3 +150,25 @@ def test_the_posterior_weighs_announcements_by_their_measured_error():
     for x in (1.0, 2.0, 3.0, 100.0):
         st.add(x)
     assert len(st) == 3 and st.mean_var() == pytest.approx((35.0, ((2 - 35) ** 2 + (3 - 35) ** 2 + 65 ** 2) / 3))
+
+
+def test_the_mapped_residual_keeps_the_observed_waits_shape_between_its_limits():
+    from agentrt.policies.announced import mapped_residual, posterior
+    from agentrt.runtime.window import SampleWindow
+    w = SampleWindow()
+    for x in (1.0, 1.2, 0.9, 60.0, 55.0, 70.0):          # bimodal: a file read and a test run
+        w.add(x)
+    logs = w.log_values(1e-3)
+    mp, vp = float(logs.mean()), float(logs.var())
+    # a worthless announcement leaves the observed waits as they are
+    m, v = posterior((mp, vp), (0.0, 1e12), 5.0)
+    for waited in (0.0, 0.5, 10.0, 58.0):
+        assert mapped_residual(logs, m, v, mp, vp, waited) == pytest.approx(w.residual(waited, 0.0), rel=1e-4)
+    assert mapped_residual(logs, m, v, mp, vp, 100.0) == 100.0        # past them all: as long again
+    # an exact one puts them all at the announced time
+    m, v = posterior((mp, vp), (0.0, 0.0), 5.0)
+    assert mapped_residual(logs, m, v, mp, vp, 2.0) == pytest.approx(3.0)
+    # in between: an announced test run (60 s) expects a long wait, an announced read a short one
+    long = mapped_residual(logs, *posterior((mp, vp), (0.0, 0.5), 60.0), mp, vp, 0.0)
+    short = mapped_residual(logs, *posterior((mp, vp), (0.0, 0.5), 1.0), mp, vp, 0.0)
+    assert short < 10.0 < long

@@ -8,7 +8,12 @@ Model (log space, Gaussian: tool times and estimation errors are multiplicative)
   optimistic) is corrected by mu_e; one that is exact has v_e -> 0 and is taken at its word; one
   whose estimates are noisier than the tool's own spread is weighed less than the prior.
 - Posterior: precision-weighted, log T | H ~ N(m, v). The expected time left after `w` seconds
-  of waiting is the lognormal's mean residual life, E[T - w | T > w].
+  of waiting is its mean residual life, E[T - w | T > w], taken over the agent's own observed
+  tool waits mapped onto the posterior (`mapped_residual`: log x -> m + s (log x - mu_p), s =
+  sqrt(v / v_p)), so the prior keeps its shape (tool waits are often multimodal: a test run and
+  a file read after the same agent): a worthless announcement (v_e -> inf) leaves the observed
+  waits as they are, an exact one (v_e -> 0) puts them all at the announced time. With fewer
+  than two waits of the agent's own, the lognormal itself (`lognormal_residual`).
 No constant is tuned: every spread is measured online. Before two waits of either kind are
 seen, the caller falls back to the announced end (`timing.AgentTimes.next_start`).
 """
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+
+import numpy as np
 
 FLOOR = 1e-12     # variance floor: a spread of exactly zero is a point mass
 MIN_GAP = 1e-3    # seconds: a logged wait is at least this (log 0 is undefined)
@@ -68,6 +75,21 @@ def lognormal_residual(m: float, v: float, waited: float) -> float:
     if tail < 1e-300:          # far in the tail: the lognormal's asymptotic mean residual life
         return waited * v / max(math.log(waited) - m, FLOOR)
     return max(math.exp(m + v / 2.0) * _upper(a - s) / tail - waited, 0.0)
+
+
+def mapped_residual(logs, m: float, v: float, mp: float, vp: float, waited: float) -> float:
+    """E[T - w | T > w] over the samples with ascending logs `logs` (those of the prior, mean
+    `mp`, variance `vp`) mapped onto the posterior (mean `m`, variance `v`); w = `waited`. With
+    no mapped sample above w, as long again (`runtime.window`'s rule)."""
+    s = math.sqrt(v / max(vp, FLOOR))
+    if s < 1e-6:
+        return lognormal_residual(m, 0.0, waited)
+    i = 0
+    if waited > 0.0:
+        i = int(np.searchsorted(logs, mp + (math.log(waited) - m) / s, side="right"))
+    if i >= len(logs):
+        return float(waited)
+    return float(np.exp(m + s * (logs[i:] - mp)).mean()) - waited
 
 
 def posterior(prior: tuple[float, float], error: tuple[float, float], announced: float) -> tuple[float, float]:

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from agentrt.policies.announced import MIN_GAP, LogStats, lognormal_residual, posterior
+from agentrt.policies.announced import MIN_GAP, LogStats, lognormal_residual, mapped_residual, posterior
 from agentrt.runtime.window import SampleWindow
 
 TINY = 1e-6   # seconds: floor of an expected residency (a use due now is not infinitely dense)
@@ -130,6 +130,9 @@ class AgentTimes:
             error = _stats(self.err_log.get(key), self.err_log_all)
             if prior is not None and error is not None:
                 m, v = posterior(prior, error, expected)
+                own = self.gap.get((wf.tenant, agent, True))
+                if own is not None and len(own) >= 2 and key in self.tool_log and len(self.tool_log[key]) >= 2:
+                    return now + mapped_residual(own.log_values(MIN_GAP), m, v, *prior, waited)
                 return now + lognormal_residual(m, v, waited)
             if waited < expected:
                 return now + (expected - waited)

@@ -20,12 +20,13 @@ import numpy as np
 class SampleWindow:
     """The latest `keep` samples, sorted; `n` counts every sample ever added."""
 
-    __slots__ = ("recent", "ordered", "sums", "keep", "n")
+    __slots__ = ("recent", "ordered", "sums", "logs", "keep", "n")
 
     def __init__(self, keep: int = 512) -> None:
         self.recent: deque[float] = deque()
         self.ordered: list[float] = []
         self.sums: np.ndarray | None = None     # suffix sums of `ordered`, rebuilt lazily
+        self.logs: np.ndarray | None = None     # log(max(x, floor)) of `ordered`, rebuilt lazily
         self.keep = keep
         self.n = 0
 
@@ -36,10 +37,17 @@ class SampleWindow:
             old = self.recent.popleft()
             del self.ordered[bisect.bisect_left(self.ordered, old)]
         self.sums = None
+        self.logs = None
         self.n += 1
 
     def __len__(self) -> int:
         return len(self.recent)
+
+    def log_values(self, floor: float) -> np.ndarray:
+        """log(max(x, floor)) of the window's samples, ascending (cached until the next `add`)."""
+        if self.logs is None:
+            self.logs = np.log(np.maximum(np.asarray(self.ordered, dtype=float), floor))
+        return self.logs
 
     def mean(self, default: float) -> float:
         return self.residual(0.0, default)
