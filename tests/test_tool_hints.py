@@ -172,3 +172,18 @@ def test_the_mapped_residual_keeps_the_observed_waits_shape_between_its_limits()
     long = mapped_residual(logs, *posterior((mp, vp), (0.0, 0.5), 60.0), mp, vp, 0.0)
     short = mapped_residual(logs, *posterior((mp, vp), (0.0, 0.5), 1.0), mp, vp, 0.0)
     assert short < 10.0 < long
+
+
+def test_replicas_announce_tool_times_too():
+    """`--replicas N` passes the announcements to every replica's runtime (cluster simulator)."""
+    from agentrt.cluster.run import run_cluster
+    rec = []
+
+    def factory():
+        r = Recorder()
+        rec.append(r)
+        return r
+    cfg = EngineConfig(get_preset("llama3.1-8b-h100"), 16, gpu_blocks=200)
+    run_cluster(_calls(), 2, "session", cfg, policy_factory=factory, tool_hints=ToolHints(0.0))
+    seen = [v for r in rec for v in r.finished.values()]
+    assert (True, 4.0) in seen and sum(1 for t, _ in seen if t) == 1
