@@ -97,7 +97,7 @@ def make_bench_scheduler(opts: BenchOptions):
 def make_tool_hints(opts: BenchOptions):
     """The simulated framework's tool-time announcements (`engine.tool_hints`), None if off."""
     from agentrt.engine.tool_hints import ToolHints
-    return None if opts.tool_hints is None else ToolHints(float(opts.tool_hints), opts.seed)
+    return ToolHints.maybe(opts.tool_hints, opts.seed)
 
 
 def make_trained_policy(name: str, source: TraceSource, opts: BenchOptions):

@@ -47,8 +47,8 @@ from agentrt.engine.metrics import Metrics
 from agentrt.engine.preemption import Preemption
 from agentrt.engine.presets import Preset
 from agentrt.engine.replay import WorkflowReplay
-from agentrt.engine.tool_hints import ToolHints
 from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, WAITING, Request
+from agentrt.engine.tool_hints import ToolHints
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.runtime import AgentRuntime
 from agentrt.sched.base import Scheduler

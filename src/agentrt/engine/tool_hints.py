@@ -34,6 +34,11 @@ class ToolHints:
         if not (isinstance(self.sigma, (int, float)) and math.isfinite(self.sigma) and self.sigma >= 0):
             raise ValueError(f"tool hint sigma must be a finite number >= 0, got {self.sigma!r}")
 
+    @classmethod
+    def maybe(cls, sigma: float | None, seed: int) -> "ToolHints | None":
+        """Hints with error `sigma`, or None (no announcements) when `sigma` is None."""
+        return None if sigma is None else cls(float(sigma), seed)
+
     def estimate(self, workflow: str, index: int, wait_s: float) -> float:
         """The announced duration (seconds) of a tool wait that really lasts `wait_s`, after call
         `index` of `workflow`."""

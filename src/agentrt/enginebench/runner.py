@@ -36,12 +36,13 @@ import numpy as np
 from agentrt.bench.runner import BenchOptions, plan_split
 from agentrt.bench.source import TraceSource
 from agentrt.engine.metrics import latency_stats
-from agentrt.enginebench import prom
 from agentrt.engine.tool_hints import ToolHints
+from agentrt.enginebench import prom
 from agentrt.enginebench.client import ReplayResult, replay
 from agentrt.enginebench.priority import BenchPriorities
 from agentrt.enginebench.render import Renderer
 from agentrt.errors import AgentrtError
+from agentrt.options import positive
 from agentrt.policies.registry import BOUNDS, check_names, policy_class
 from agentrt.trace.schema import Call
 
@@ -82,8 +83,7 @@ class EngineBenchOptions:
             raise AgentrtError(f"--think-scale must be >= 0, got {self.think_scale}")
         if self.max_calls is not None and self.max_calls <= 0:
             raise AgentrtError(f"--max-calls must be > 0, got {self.max_calls}")
-        if self.tool_hints is not None and not (self.tool_hints >= 0 and self.tool_hints < float("inf")):
-            raise AgentrtError(f"--tool-hints must be >= 0, got {self.tool_hints}")
+        positive(self.tool_hints, "tool_hints", cli=True, allow_zero=True)
         self.make_scheduler()           # a bad scheduler name or option fails here, before any run
 
     def make_scheduler(self):
@@ -181,9 +181,9 @@ async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBench
         (await client.post(srv.base_url + "/v1/completions", json=warm)).raise_for_status()
         before = await prom.scrape(client, srv.base_url)
         conc = opts.concurrency
-        hints = ToolHints(float(opts.tool_hints), opts.seed) if opts.tool_hints is not None else None
         res = await replay(srv.base_url, srv.served_name, calls, renderer, conc, opts.time_scale,
-                           opts.think_scale, progress, client, priorities, hints)
+                           opts.think_scale, progress, client, priorities,
+                           ToolHints.maybe(opts.tool_hints, opts.seed))
         after = await prom.scrape(client, srv.base_url)
     return res, before, after
 

@@ -130,8 +130,10 @@ class AgentTimes:
             error = _stats(self.err_log.get(key), self.err_log_all)
             if prior is not None and error is not None:
                 m, v = posterior(prior, error, expected)
+                # the agent's tool-wait window holds the samples of `tool_log[key]`: with two of
+                # them, `prior` is theirs
                 own = self.gap.get((wf.tenant, agent, True))
-                if own is not None and len(own) >= 2 and key in self.tool_log and len(self.tool_log[key]) >= 2:
+                if own is not None and len(own) >= 2:
                     return now + mapped_residual(own.log_values(MIN_GAP), m, v, *prior, waited)
                 return now + lognormal_residual(m, v, waited)
             if waited < expected:

@@ -76,15 +76,6 @@ def _answer(data: bytes) -> tuple[dict | None, bool]:
     return (u if isinstance(u, dict) else None), tool
 
 
-def _usage(data: bytes) -> dict | None:
-    try:
-        obj = orjson.loads(data)
-    except ValueError:
-        return None
-    u = obj.get("usage") if isinstance(obj, dict) else None
-    return u if isinstance(u, dict) else None
-
-
 def _decoder(encoding: bytes | None):
     """A zlib decoder for a copy of the body (usage sniffing), None for identity, False: unknown."""
     if not encoding or encoding.strip().lower() == b"identity":
@@ -256,7 +247,7 @@ class HotPath:
                     tail = lines.pop()
                     for line in lines:
                         if line.startswith(b"data:") and b'"usage"' in line:
-                            usage = _usage(line[5:]) or usage
+                            usage = _answer(line[5:])[0] or usage
                     if len(tail) > 1 << 20:
                         tail = b""
         except UpstreamError as e:

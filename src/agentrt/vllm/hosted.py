@@ -274,8 +274,7 @@ class HostedRuntime:
         self._dirty = True
         self.counts["finished"] += 1
         now = self.now()
-        self._observe(ev.CallFinished(now, info, node, idt.tool_call,
-                                      idt.tool_expected_s if idt.tool_call else None))
+        self._observe(ev.CallFinished(now, info, node, idt.tool_call, idt.tool_expected_s))
         if idt.end and not idt.warmup:
             self.counts["workflows_ended"] += 1
             if not idt.explicit:             # a request that named no workflow was one
