@@ -3,6 +3,7 @@
     python benchmarks/routers.py            # full: 2, 4, 8, 16 replicas (about 20 min on one core)
     python benchmarks/routers.py --quick    # 2 and 4 replicas (a few minutes)
     python benchmarks/routers.py --part micro
+    python benchmarks/routers.py --part bounds   # eviction on each router's placement (4, 8 replicas)
 
 Every replica is the simulator's engine model with the same settings: Llama-3.1-8B on H100
 (`llama3.1-8b-h100`), a quarter of its KV memory (6,430 blocks of 16 tokens: the project's
@@ -19,7 +20,12 @@ the same at every N:
 Each row: token hit rate, TTFT and E2E p50/p99, load imbalance (max / mean busy time over the
 replicas). The microbenchmark times `route()` of every router at 16 replicas with 10,000 live
 workflows in its state, over replica views that answer prefix lookups from a hash set.
-Writes docs/results/routers.json.
+The `bounds` part asks how much of the gap to the ceiling eviction can close on a router's
+placement: per workload and replica count, for `prefix` and `agent`, LRU and PBKV-TA (its
+predictor trained on a separate trace of the same workload, seed 1), each beside the cluster
+oracle on its own placement (`agentrt.cluster.bounds`: clairvoyant eviction on every replica,
+calls pinned where the router sent them in that run). Writes docs/results/routers.json (`--part bounds`:
+docs/results/router_bounds.json).
 """
 
 from __future__ import annotations
@@ -33,11 +39,14 @@ import time
 from pathlib import Path
 
 from agentrt.bench.source import workload_source
+from agentrt.cluster.bounds import run_cluster_oracle
 from agentrt.cluster.registry import make_router, router_names
 from agentrt.cluster.routing import ClusterHints, RouteRequest
 from agentrt.cluster.run import render, run_cluster
 from agentrt.engine.presets import get_preset
 from agentrt.engine.simulator import EngineConfig
+from agentrt.policies.registry import make_policy
+from agentrt.sched.registry import make_scheduler
 from agentrt.trace.reader import TraceReader
 from agentrt.workloads.base import GenConfig
 
@@ -84,6 +93,46 @@ def run_mooncake(n: int, scale: float, routers: list[str]) -> tuple[dict, str, f
     cap = ceiling(itertools.islice(iter(TraceReader(MOONCAKE)), k), reader.header.block_size)
     return (res, f"mooncake: {n} replicas, first {k} requests, timestamps x {MOONCAKE_STRETCH / n:g}; "
                  f"unbounded-cache ceiling {cap:.1%}", cap)
+
+
+def trained(policy: str, workload: str, n: int, per: int, block_size: int):
+    """A factory of `policy` instances sharing one predictor trained on a separate trace (seed 1)."""
+    src = workload_source(workload, GenConfig(workflows=per * n, seed=1, concurrency=CONC * n))
+    first = make_policy(policy, seed=0)
+    first.train(src.eval_calls(), block_size)
+    src.close()
+    made = [first]
+
+    def factory():
+        if made:
+            return made.pop()
+        p = make_policy(policy, seed=0)
+        p.use_predictor(first.predictor)
+        return p
+    return factory
+
+
+def run_bounds(name: str, n: int, routers: list[str], learned: str = "pbkv-ta") -> dict:
+    """Behind each router: LRU and `learned`, each with the cluster oracle on its own placement."""
+    per = WORKFLOWS[name]
+    src = workload_source(name, GenConfig(workflows=per * n, seed=0, concurrency=CONC * n))
+    bs = src.header.block_size
+    calls = list(src.eval_calls())
+    src.close()
+    cfg = config(bs)
+    out = {"workload": name, "replicas": n, "workflows": per * n, "calls": len(calls),
+           "ceiling_hit_rate": ceiling(calls, bs), "routers": {}}
+    learn = trained(learned, name, n, per, bs)
+    for r in routers:
+        res = out["routers"][r] = {}
+        for pol, factory in (("lru", lambda: make_policy("lru")), (learned, learn)):
+            got = run_cluster_oracle(calls, n, r, cfg, lambda: make_scheduler("fcfs"), reference=factory,
+                                     concurrency=CONC * n, passes=3)
+            res[pol] = row(got.reference)
+            res[f"oracle on {pol}'s placement"] = dict(row(got.bound), passes=got.passes)
+        print(f"  {name} N={n} {r:8s} " + "  ".join(f"{k} {v['hit_rate']:.1%}" for k, v in res.items()),
+              flush=True)
+    return out
 
 
 def ceiling(calls, block_size: int) -> float:
@@ -186,15 +235,24 @@ def micro(n_replicas: int = 16, live: int = 10_000, decisions: int = 10_000, blo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 and 4 replicas only")
-    ap.add_argument("--part", choices=["all", "sim", "micro"], default="all")
+    ap.add_argument("--part", choices=["all", "sim", "micro", "bounds"], default="all")
     ap.add_argument("--replicas", default=None, help="comma-separated replica counts")
     ap.add_argument("--workloads", default=",".join([*WORKFLOWS, "mooncake"]))
-    ap.add_argument("--routers", default=",".join(router_names()))
-    ap.add_argument("--out", default=str(REPO / "docs" / "results" / "routers.json"))
+    ap.add_argument("--routers", default=None, help="comma-separated (default: every router; "
+                    "prefix,agent with --part bounds)")
+    ap.add_argument("--out", default=None, help="JSON output (default: docs/results/routers.json, "
+                    "or router_bounds.json with --part bounds)")
+    ap.add_argument("--docs", action="store_true", help="--part bounds: write the table into docs/routers.md")
+    ap.add_argument("--docs-only", default=None, metavar="JSON",
+                    help="rebuild docs/routers.md's bounds table from this JSON and exit")
     a = ap.parse_args()
+    if a.docs_only:
+        return write_docs(json.loads(Path(a.docs_only).read_text()), REPO / "docs" / "routers.md")
+    if a.part == "bounds":
+        return bounds_main(a)
     ns = [int(x) for x in a.replicas.split(",")] if a.replicas else ([2, 4] if a.quick else [2, 4, 8, 16])
     scale = 1.0
-    routers = a.routers.split(",")
+    routers = a.routers.split(",") if a.routers is not None else router_names()
     doc: dict = {"settings": {"preset": PRESET, "gpu_tokens_per_replica": GPU_TOKENS, "conc_per_replica": CONC,
                               "workflows_per_replica": {k: max(4, int(v * scale)) for k, v in WORKFLOWS.items()},
                               "mooncake_per_replica": max(20, int(MOONCAKE_PER * scale)),
@@ -220,10 +278,72 @@ def main() -> None:
         print("route() cost, 16 replicas, 10,000 live workflows:", flush=True)
         doc["micro"] = micro()
     doc["seconds"] = time.time() - t_all
-    out = Path(a.out)
+    out = Path(a.out or REPO / "docs" / "results" / "routers.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
     print(f"wrote {out} ({doc['seconds']:.0f} s)")
+
+
+BOUNDS_START, BOUNDS_END = "<!-- router-bounds:start -->", "<!-- router-bounds:end -->"
+
+
+def bounds_markdown(doc: dict) -> str:
+    """The bounds part as a markdown table (what docs/routers.md shows between its markers)."""
+    routers = list(doc["runs"][0]["routers"]) if doc["runs"] else []
+    head = ["workload", "N", "ceiling"]
+    for r in routers:
+        head += [f"{r}: lru", f"{r}: oracle on lru's", f"{r}: pbkv-ta", f"{r}: oracle on pbkv-ta's"]
+    head += ["best / prefix+lru", "best / its oracle"]
+    lines = [f"Built by `{doc['settings']['command']}` (docs/results/router_bounds.json, "
+             f"{doc['seconds']:.0f} s). GPU token hit %; \"oracle on X's\": the cluster oracle on the "
+             "placement of the X run; best = the highest of the online runs (router + eviction).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in doc["runs"]:
+        cells = [run["workload"], str(run["replicas"]), f"{100 * run['ceiling_hit_rate']:.1f}"]
+        best, best_key = -1.0, None
+        for r in routers:
+            res = run["routers"][r]
+            for k in ("lru", "oracle on lru's placement", "pbkv-ta", "oracle on pbkv-ta's placement"):
+                cells.append(f"{100 * res[k]['hit_rate']:.1f}")
+            for k in ("lru", "pbkv-ta"):
+                if res[k]["hit_rate"] > best:
+                    best, best_key = res[k]["hit_rate"], (r, k)
+        base = run["routers"]["prefix"]["lru"]["hit_rate"] if "prefix" in run["routers"] else None
+        own = run["routers"][best_key[0]][f"oracle on {best_key[1]}'s placement"]["hit_rate"]
+        cells.append(f"{best / base:.2f} ({best_key[0]}+{best_key[1]})" if base else "-")
+        cells.append(f"{best / own:.3f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_docs(doc: dict, path: Path) -> None:
+    text = path.read_text()
+    a, b = text.index(BOUNDS_START) + len(BOUNDS_START), text.index(BOUNDS_END)
+    path.write_text(text[:a] + "\n" + bounds_markdown(doc) + "\n" + text[b:])
+    print(f"updated {path}")
+
+
+def bounds_main(a) -> None:
+    ns = [int(x) for x in a.replicas.split(",")] if a.replicas else [4, 8]
+    wls = [w for w in a.workloads.split(",") if w in WORKFLOWS]
+    routers = a.routers.split(",") if a.routers is not None else ["prefix", "agent"]
+    t_all = time.time()
+    doc = {"settings": {"preset": PRESET, "gpu_tokens_per_replica": GPU_TOKENS, "conc_per_replica": CONC,
+                        "workflows_per_replica": {w: WORKFLOWS[w] for w in wls}, "scheduler": "fcfs",
+                        "command": "python benchmarks/routers.py --part bounds"}, "runs": []}
+    for wl in wls:
+        for n in ns:
+            t0 = time.time()
+            doc["runs"].append(run_bounds(wl, n, routers))
+            print(f"  ({time.time() - t0:.0f} s)", flush=True)
+    doc["seconds"] = time.time() - t_all
+    out = Path(a.out or REPO / "docs" / "results" / "router_bounds.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out} ({doc['seconds']:.0f} s)")
+    print(bounds_markdown(doc))
+    if a.docs:
+        write_docs(doc, REPO / "docs" / "routers.md")
 
 
 if __name__ == "__main__":

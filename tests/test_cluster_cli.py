@@ -58,7 +58,7 @@ def test_one_replica_is_the_plain_bench(tmp_path):
 @pytest.mark.parametrize("args, says", [
     (["--replicas", "0"], "--replicas must be an integer >= 1"),
     (["--replicas", "2", "--router", "nope"], "unknown router 'nope'"),
-    (["--replicas", "2", "--policies", "lru,oracle"], "run on one replica only"),
+    (["--replicas", "2", "--policies", "lru,belady"], "run on one replica only"),
     (["--replicas", "2", "--engine", "vllm"], "for the simulator"),
 ])
 def test_cluster_errors_are_one_line(args, says):
@@ -68,14 +68,17 @@ def test_cluster_errors_are_one_line(args, says):
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], p.stderr
 
 
-def test_default_policies_drop_the_bounds_with_replicas_but_named_bounds_are_refused(tmp_path):
+def test_default_policies_keep_only_the_cluster_oracle_with_replicas_but_named_bounds_are_refused(tmp_path):
     out = tmp_path / "d.json"
     p = agentrt("bench", "--replicas", "2", "--workflows", "12", "--concurrency", "4", "--quiet",
                 "--json", str(out))
     assert p.returncode == 0, p.stderr
     from agentrt.policies.registry import BOUNDS
-    names = list(json.loads(out.read_text())["results"])
-    assert names and not set(names) & set(BOUNDS)
+    doc = json.loads(out.read_text())
+    names = list(doc["results"])
+    assert names and set(names) & set(BOUNDS) == {"oracle"}
+    assert doc["results"]["oracle"]["bound"] is True and doc["config"]["oracle_passes"] >= 1
+    assert doc["results"]["oracle"]["hit_rate"] >= doc["results"]["lru"]["hit_rate"]
     from agentrt.defaults import RUN_POLICIES
     p = agentrt("bench", "--replicas", "2", "--policies", ",".join(RUN_POLICIES))
     assert p.returncode == 2 and "run on one replica only" in p.stderr

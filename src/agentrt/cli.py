@@ -96,8 +96,9 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
             plot = Path(defaults.RUN_PLOT)
     names = _split(policies)
     if replicas > 1 and default_policies:
-        from agentrt.policies.registry import BOUNDS
-        names = [n for n in names if n not in BOUNDS]     # the bounds are one-replica constructs
+        from agentrt.policies.registry import BOUNDS, SIM_BOUNDS
+        # belady and infinite are one-replica constructs; the oracle has a cluster form
+        names = [n for n in names if n not in BOUNDS or n in SIM_BOUNDS]
     if not names:
         raise AgentrtError("--policies is empty")
     check_names(names)

@@ -78,7 +78,9 @@ def run_summary(doc: dict) -> list[str]:
     return [f"{doc['trace']}: {doc['calls']:,} calls, {doc['workflows']:,} workflows scored",
             f"load: {load_text(cfg)} | capacity: {capacity_text(cfg)} | preset: {cfg['preset']}",
             f"training split: {split_text(cfg)}" + (f" | scheduler {sched}" if sched != "fcfs" else "")
-            + (f" | tool times announced, lognormal error {hints:g}" if hints is not None else "")]
+            + (f" | tool times announced, lognormal error {hints:g}" if hints is not None else "")
+            + (" | oracle: clairvoyant eviction on the LRU run's placement (not a bound on routing)"
+               if (cfg.get("replicas") or 1) > 1 and "oracle" in doc["results"] else "")]
 
 
 # (header, result key, format); TPOT only when the engine recorded it

@@ -3,8 +3,10 @@
 Each replica is the one-replica engine model with the bench's engine configuration (so
 `--gpu-blocks` is per replica), its own instance of the policy (trained on the bench's split,
 as a one-replica run would) and of the scheduler. The trace is replayed once per policy with
-the same replay settings as `run_bench` (concurrency, time scale). The bounds (`oracle`,
-`belady`, `infinite`) are one-replica constructs and are refused here.
+the same replay settings as `run_bench` (concurrency, time scale). `oracle` is the cluster
+oracle (`cluster.bounds`): clairvoyant eviction on every replica, on the placement the router
+made in an LRU run (a bound on eviction for that placement, not on routing). `belady` and
+`infinite` ignore memory and timing; they are one-replica constructs and are refused here.
 
 The `--json` document has the shape of a one-replica bench document (`docs/output.md`), with
 `config.replicas` and `config.router`, and in each policy's result the cluster's own figures:
@@ -21,22 +23,22 @@ from agentrt.bench.runner import (BenchOptions, ProgressFactory, engine_config,
                                   plan_split)
 from agentrt.bench.source import TraceSource
 from agentrt.errors import AgentrtError
+from agentrt.policies.registry import BOUNDS, SIM_BOUNDS, make_policy
 
 
 def check_cluster_run(policies: list[str], replicas: int, router: str | None, cli: bool = True) -> None:
     """Refuse what a cluster run cannot do, before any work."""
     from agentrt.cluster.registry import check_router
-    from agentrt.policies.registry import BOUNDS
     flag = "--replicas" if cli else "replicas"
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise AgentrtError(f"{flag} must be an integer >= 1, got {replicas!r}")
     if router is not None:
         check_router(router)
     if replicas > 1:
-        bounds = [p for p in policies if p in BOUNDS]
+        bounds = [p for p in policies if p in BOUNDS and p not in SIM_BOUNDS]
         if bounds:
             raise AgentrtError(f"the bounds ({', '.join(bounds)}) run on one replica only; drop them "
-                               f"from the policies or use {flag} 1")
+                               f"from the policies or use {flag} 1 ('oracle' runs on several)")
 
 
 def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptions, replicas: int,
@@ -50,8 +52,22 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
     conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
     results: dict[str, dict] = {}
     first = None
+    oracle_passes = None
     for name in policies:
         cb = progress(name, 1) if progress else None
+        if name in SIM_BOUNDS:
+            from agentrt.cluster.bounds import run_cluster_oracle
+            got = run_cluster_oracle(list(source.eval_calls()), replicas, router, cfg,
+                                     lambda: make_bench_scheduler(opts),
+                                     reference=lambda: make_policy("lru", seed=opts.seed),
+                                     concurrency=conc, time_scale=opts.time_scale, seed=opts.seed,
+                                     tool_hints=make_tool_hints(opts))
+            oracle_passes = got.passes
+            if cb is not None:
+                cb(1)
+            results[name] = dict(got.bound.summary(), bound=True)
+            first = first or got.bound
+            continue
         cm = run_cluster(source.eval_calls(), replicas, router, cfg, concurrency=conc,
                          time_scale=opts.time_scale, seed=opts.seed, tool_hints=make_tool_hints(opts),
                          policy_factory=lambda name=name: make_trained_policy(name, source, opts),
@@ -63,7 +79,7 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
     config = asdict(opts)
     config.update(block_size=source.header.block_size, gpu_blocks=cfg.gpu_blocks,
                   block_bytes=cfg.block_bytes, concurrency=conc, bounds_stream=None,
-                  oracle_passes=None, train=split, replicas=replicas, router=router)
+                  oracle_passes=oracle_passes, train=split, replicas=replicas, router=router)
     return {"schema_version": SCHEMA_VERSION, "trace": source.label, "calls": first.total.calls,
             "workflows": first.total.workflows, "config": config, "results": results,
             "lru_reference": None}

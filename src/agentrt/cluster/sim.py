@@ -52,7 +52,10 @@ class ClusterSimulator:
                  make_policy: Callable[[], Policy | AgentRuntime],
                  make_scheduler: Callable[[], Scheduler] | None = None,
                  concurrency: int | None = None, time_scale: float = 1.0,
-                 time_routes: bool = False, tool_hints: ToolHints | None = None) -> None:
+                 time_routes: bool = False, tool_hints: ToolHints | None = None,
+                 record_order: bool = False) -> None:
+        """`record_order`: keep where each call was routed (`placement`) and each replica's
+        admission order (`Simulator.admitted`): the cluster oracle's reference (`bounds.py`)."""
         if n_replicas < 1:
             raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
         self.config = config
@@ -66,6 +69,8 @@ class ClusterSimulator:
             sim = Simulator(config, make_policy(), iter(()), arrivals=feed, tool_hints=tool_hints,
                             scheduler=make_scheduler() if make_scheduler is not None else None)
             feed.sim = sim
+            if record_order:
+                sim.admitted = []
             self.feeds.append(feed)
             self.sims.append(sim)
             self.views.append(SimReplicaView(sim, feed))
@@ -81,6 +86,7 @@ class ClusterSimulator:
         self.time_routes = time_routes
         self.route_s: list[float] = []           # seconds per route() call, when time_routes
         self.wall_seconds = 0.0
+        self.placement: dict[tuple[str, int], int] | None = {} if record_order else None
 
     # ------------------------------------------------------------------ hooks
     def _finished(self, replica: int, c: Call, now: float, ended) -> None:
@@ -130,6 +136,8 @@ class ClusterSimulator:
         self.router.on_routed(req, i, t)
         self._inflight[(c.workflow, c.call)] = req
         self._served.setdefault(c.workflow, set()).add(i)
+        if self.placement is not None:
+            self.placement[(c.workflow, c.call)] = i
         self.routed[i] += 1
         self.feeds[i].push(t, c)
         views[i].touch()

@@ -181,6 +181,7 @@ class Admission:
                     m.oversize_calls += 1
                 if self.stream is not None:
                     self.stream.append((info.tenant, info.hash_ids[:r.n_full], info.input_length, True))
+                if self.admitted is not None:
                     self.admitted.append((info.workflow, info.index))
             if self._events and lease is not None:
                 self._observe(ev.CallAdmitted(now, info, lease.node, lease.gpu_hit, lease.host_hit))

@@ -1,0 +1,112 @@
+"""The in-simulator clairvoyant bound on a cluster: `oracle` eviction on every replica, under one
+router's placement.
+
+Model
+- A reference run replays the calls behind the router with a reference eviction policy (LRU
+  unless told otherwise) and records which replica served each call, and each replica's
+  admission order.
+- The bound replays the same calls pinned to those replicas (`PinnedRouter`); each replica runs
+  `OraclePolicy` whose future is the calls pinned to it, on the timeline of that replica's
+  admission order. As on one replica (`bench.runner.run_oracle`), a later pass takes its order
+  from the previous pass, and the best pass is kept (every pass is a valid clairvoyant run).
+- Everything else is the cluster simulator's: per-replica memory accounting, running requests'
+  blocks, queueing, the shared workflow replay.
+
+What it bounds: the hit rate that any eviction policy could reach on each replica *given the
+placement the router made in the reference run*. It is not a bound on routing: a cache-aware
+router reads the caches, so under another eviction policy it would place some calls elsewhere,
+and a better placement could beat it. The routers' own ceiling (one unbounded cache) bounds
+every placement and every policy but ignores memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from agentrt.cluster.metrics import ClusterMetrics, cluster_metrics
+from agentrt.cluster.registry import make_router
+from agentrt.cluster.routing import ReplicaView, RouteRequest, Router
+from agentrt.cluster.sim import ClusterSimulator
+from agentrt.engine.simulator import EngineConfig
+from agentrt.engine.tool_hints import ToolHints
+from agentrt.policies.oracle import FutureUses, OraclePolicy
+from agentrt.runtime.policy import Policy
+from agentrt.sched.base import Scheduler
+from agentrt.trace.schema import Call
+
+Placement = dict[tuple[str, int], int]      # (workflow, call index) -> replica
+
+
+class PinnedRouter(Router):
+    """Sends every call to the replica a recorded placement names."""
+
+    name = "pinned"
+    description = "replays a recorded placement (the cluster oracle's reference)"
+
+    def __init__(self, placement: Placement, seed: int = 0) -> None:
+        super().__init__(seed)
+        self.placement = placement
+
+    def route(self, request: RouteRequest, replicas: Sequence[ReplicaView], now: float) -> int:
+        try:
+            return self.placement[(request.workflow, request.call_index)]
+        except KeyError:
+            raise RuntimeError(f"call {request.call_index} of workflow '{request.workflow}' is not in "
+                               f"the recorded placement") from None
+
+
+@dataclass(slots=True)
+class ClusterBound:
+    reference: ClusterMetrics      # the reference run (the router, the reference policy)
+    bound: ClusterMetrics          # the best oracle pass on the reference run's placement
+    passes: int                    # oracle passes run
+    placement: Placement           # the reference run's placement
+
+
+def _split(calls: Sequence[Call], placement: Placement, n: int) -> list[list[Call]]:
+    parts: list[list[Call]] = [[] for _ in range(n)]
+    for c in calls:
+        parts[placement[(c.workflow, c.call)]].append(c)
+    return parts
+
+
+def run_cluster_oracle(calls: Sequence[Call], n_replicas: int, router: str | Router,
+                       config: EngineConfig, make_scheduler: Callable[[], Scheduler], *,
+                       reference: Callable[[], Policy], concurrency: int | None = None,
+                       time_scale: float = 1.0, seed: int = 0, passes: int = 2,
+                       tool_hints: ToolHints | None = None) -> ClusterBound:
+    """The reference run, then up to `passes` oracle passes pinned to its placement.
+
+    `calls` is read several times (a list). `router` is fresh (a name, or a router not used
+    before); `reference` builds the reference run's policy, one per replica.
+    """
+    if passes < 1:
+        raise ValueError(f"passes must be >= 1, got {passes}")
+    if isinstance(router, str):
+        router = make_router(router, seed=seed)
+    kw = dict(concurrency=concurrency, time_scale=time_scale, tool_hints=tool_hints, record_order=True)
+    ref = ClusterSimulator(config, n_replicas, router, iter(calls), reference, make_scheduler, **kw)
+    ref.run()
+    ref_metrics = cluster_metrics(ref)
+    placement = ref.placement
+    parts = _split(calls, placement, n_replicas)
+    orders = [s.admitted for s in ref.sims]
+    best: ClusterMetrics | None = None
+    best_hits = -1
+    done = 0
+    for _ in range(passes):
+        futures = iter([FutureUses(parts[i], orders[i], config.block_size) for i in range(n_replicas)])
+        sim = ClusterSimulator(config, n_replicas, PinnedRouter(placement), iter(calls),
+                               lambda: OraclePolicy(next(futures), seed=seed), make_scheduler, **kw)
+        sim.run()
+        done += 1
+        hits = sum(s.metrics.gpu_hit_tokens for s in sim.sims)
+        if hits > best_hits:
+            best, best_hits = cluster_metrics(sim), hits
+        new = [s.admitted for s in sim.sims]
+        if new == orders:
+            break
+        orders = new
+    best.router = ref_metrics.router
+    return ClusterBound(ref_metrics, best, done, placement)
