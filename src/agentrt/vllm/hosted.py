@@ -25,8 +25,7 @@ What it maps (the simulator, `engine/simulator.py`, is the reference for which e
 Failure: the first exception from the runtime or the policy is logged once, the runtime is
 switched off (its per-request tables are cleared) and vLLM carries on with its own LRU order.
 Nothing here raises into vLLM.
-`stats()` (cumulative counts and current sizes) is what the event log's "stats" lines and the
-connector's Prometheus metrics (`prom.py`) read.
+Evictions are tracked by `evictions.py`, the numbers (`stats()`) by `runtime_stats.py`: mixins.
 Time (`now`) is seconds of `time.monotonic()` since the connector started.
 """
 
@@ -34,21 +33,21 @@ from __future__ import annotations
 
 import importlib
 import logging
-import math
 import time
 
-from agentrt.cache.block import HOST
 from agentrt.runtime import events as ev
 from agentrt.runtime.actions import Prefetch, WarmUp
 from agentrt.runtime.runtime import AgentRuntime
 from agentrt.vllm import act
 from agentrt.vllm.config import ConnectorConfig
 from agentrt.vllm.eventlog import EventLog
+from agentrt.vllm.evictions import MirrorEvictions
 from agentrt.vllm.hosttier import GROUP0, HostTier, StepPlan
 from agentrt.vllm.identity import Identity, request_identity
 from agentrt.vllm.kvhints import HintCounts
 from agentrt.vllm.mirror import Mirror, hash_int
 from agentrt.vllm.reorder import QueueOrderer, Stopwatch
+from agentrt.vllm.runtime_stats import RuntimeStats
 
 log = logging.getLogger("agentrt.vllm")
 
@@ -69,7 +68,7 @@ def _one_torch_thread() -> None:
             pass
 
 
-class HostedRuntime:
+class HostedRuntime(MirrorEvictions, RuntimeStats):
     def __init__(self, cfg: ConnectorConfig, block_size: int, elog: EventLog,
                  separate_workers: bool = False) -> None:
         from agentrt.policies.registry import make_policy
@@ -170,13 +169,6 @@ class HostedRuntime:
         self.elog.write("bind_pool", num_blocks=pool.num_gpu_blocks, caching=pool.enable_caching,
                         watchers=self._watch, policy=self.cfg.policy, reorder=self.reorder,
                         host_blocks=self.host.capacity if self.host is not None else 0)
-
-    def watch(self, block_ids: list[int]) -> None:
-        """Be told when vLLM hands these (mirrored) blocks out again."""
-        if self._watch and block_ids:
-            w = self.pool._reuse_watchers
-            for b in block_ids:
-                w.setdefault(b, self._on_reuse)
 
     # ------------------------------------------------------------------ request lifecycle
     def arrived(self, request) -> None:
@@ -284,59 +276,6 @@ class HostedRuntime:
                         agent=info.agent, blocks=len(block_ids), mirrored=len(self.mirror),
                         end=idt.end, status=str(getattr(request, "status", "")))
 
-    # ------------------------------------------------------------------ evictions
-    def _on_reuse(self, block) -> None:
-        # runs inside vLLM's allocation: record only
-        self._reused.append(block.block_id)
-
-    def _flush_evictions(self, demote: bool = True) -> None:
-        """Mirror this step's evictions. Only evictions flushed by the step that made them may be
-        demoted: the copy must reach the worker before the step's forward reuses the block."""
-        m = self.mirror
-        released = []
-        if self._watch:
-            if not self._reused:
-                return
-            for bid in self._reused:
-                node = m.release_block(bid)
-                if node is not None:
-                    released.append((node, bid))
-            self._reused.clear()
-        else:
-            blocks = self.pool.blocks
-            for bid, node in list(m.by_block.items()):
-                if blocks[bid].block_hash != node.key:
-                    n = m.release_block(bid)
-                    if n is not None:
-                        released.append((n, bid))
-        if not released:
-            return
-        if self.host is not None and demote:
-            gone = self.host.demote(released, m)
-            demoted = [n for n, _ in released if n.tier == HOST]
-        else:
-            for n, _ in released:
-                m.drop(n)
-            gone, demoted = [n for n, _ in released], []
-        now = self.now()
-        if gone:
-            self.counts["evicted"] += len(gone)
-            self._observe(ev.BlocksEvicted(now, gone, False))
-        if demoted:
-            self.counts["demoted"] += len(demoted)
-            self._observe(ev.BlocksEvicted(now, demoted, True))
-
-    def reset(self) -> None:
-        """vLLM reset its prefix cache."""
-        self._reused.clear()
-        self._plans.clear()
-        if self.host is not None:
-            self.host.clear()
-        gone = self.mirror.clear()
-        self.counts["reset_evicted"] += len(gone)
-        if gone:
-            self._observe(ev.BlocksEvicted(self.now(), gone, False))
-
     # ------------------------------------------------------------------ ordering and actions
     def before_alloc(self) -> None:
         if not self.reorder or self.orderer is None:
@@ -390,37 +329,3 @@ class HostedRuntime:
                     self.counts["prefetched_blocks"] += act.prefetch(self, a)
                 else:
                     self.counts["prefetch_ignored"] += 1
-
-    def _policy_stats(self) -> dict:
-        """The policy's own numbers, as `policy_*` keys; a policy failing here fails nothing else.
-        Anything but a finite number under a string key is the policy's bug: it fails as a raise
-        would (the stats go into the JSON event log and Prometheus)."""
-        try:
-            out = {}
-            for k, v in self.policy.stats().items():
-                if not isinstance(k, str) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                    raise TypeError(f"Policy.stats() must map names to finite numbers, got {k!r}: {v!r}")
-                out[f"policy_{k}"] = v
-            return out
-        except Exception as exc:  # noqa: BLE001 - metrics must not take the engine down
-            self.fail("policy.stats", exc)
-            return {}
-
-    def stats(self) -> dict:
-        own = self._policy_stats() if not self.failed else {}
-        out = dict(self.counts, mirrored=len(self.mirror), failed=self.failed,
-                   policy=self.cfg.policy, reorder=self.reorder, events=self._events,
-                   live_workflows=len(self.runtime.workflows),
-                   workflows_capped=self.runtime.forced_ends,
-                   workflows_silenced=self.runtime.silent_ends, runtime_s=round(self.runtime_time.seconds, 4),
-                   runtime_max_s=round(self.runtime_time.max_seconds, 5), **self.hint_counts.as_dict(), **own)
-        if self.orderer is not None:
-            st = self.orderer.stats
-            out.update(reorders=st.runs, relinks=st.relinks, moved=st.moved, scored=st.scored,
-                       reorder_s=round(st.time.seconds, 4), reorder_max_s=round(st.time.max_seconds, 5))
-        if self.host is not None:
-            out.update(host_resident=len(self.host), host_saved=self.host.stats.saved,
-                       host_loaded=self.host.stats.loaded, host_dropped=self.host.stats.dropped,
-                       host_skipped=self.host.stats.skipped)
-        return out
-
