@@ -95,7 +95,9 @@ def test_the_run_summary_says_what_the_cluster_oracle_bounds():
     cfg = {"preset": "p", "gpu_blocks": 10, "block_size": 16, "concurrency": 4, "replicas": 2,
            "router": "prefix", "time_scale": 1.0}
     doc = {"trace": "t", "calls": 1, "workflows": 1, "config": cfg, "results": {"lru": {}, "oracle": {}}}
-    assert "oracle: clairvoyant eviction on the LRU run's placement" in run_summary(doc)[2]
+    assert "oracle: clairvoyant eviction on the lru run's placement" in run_summary(doc)[2]
+    cfg["oracle_reference"] = "pbkv-ta"
+    assert "oracle: clairvoyant eviction on the pbkv-ta run's placement" in run_summary(doc)[2]
     doc["results"].pop("oracle")
     assert "oracle" not in run_summary(doc)[2]
     cfg["replicas"] = 1

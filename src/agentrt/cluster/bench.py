@@ -5,7 +5,8 @@ Each replica is the one-replica engine model with the bench's engine configurati
 as a one-replica run would) and of the scheduler. The trace is replayed once per policy with
 the same replay settings as `run_bench` (concurrency, time scale). `oracle` is the cluster
 oracle (`cluster.bounds`): clairvoyant eviction on every replica, on the placement the router
-made in an LRU run (a bound on eviction for that placement, not on routing). `belady` and
+made in the run with the most hits (`config.oracle_reference`; an LRU run when `oracle` is the
+only policy): a bound on eviction for that placement, not on routing. `belady` and
 `infinite` ignore memory and timing; they are one-replica constructs and are refused here.
 
 The `--json` document has the shape of a one-replica bench document (`docs/output.md`), with
@@ -50,36 +51,38 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
     split = plan_split(source, policies, opts)
     cfg = engine_config(opts, source.header.block_size)
     conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
-    results: dict[str, dict] = {}
-    first = None
-    oracle_passes = None
-    for name in policies:
+    want_oracle = any(p in SIM_BOUNDS for p in policies)
+    online = [p for p in policies if p not in SIM_BOUNDS] or ["lru"]   # lru hidden if only the oracle
+    runs = {}
+    for name in online:
         cb = progress(name, 1) if progress else None
-        if name in SIM_BOUNDS:
-            from agentrt.cluster.bounds import run_cluster_oracle
-            got = run_cluster_oracle(list(source.eval_calls()), replicas, router, cfg,
-                                     lambda: make_bench_scheduler(opts),
-                                     reference=lambda: make_policy("lru", seed=opts.seed),
-                                     concurrency=conc, time_scale=opts.time_scale, seed=opts.seed,
-                                     tool_hints=make_tool_hints(opts))
-            oracle_passes = got.passes
-            if cb is not None:
-                cb(1)
-            results[name] = dict(got.bound.summary(), bound=True)
-            first = first or got.bound
-            continue
-        cm = run_cluster(source.eval_calls(), replicas, router, cfg, concurrency=conc,
-                         time_scale=opts.time_scale, seed=opts.seed, tool_hints=make_tool_hints(opts),
-                         policy_factory=lambda name=name: make_trained_policy(name, source, opts),
-                         scheduler_factory=lambda: make_bench_scheduler(opts))
+        runs[name] = run_cluster(source.eval_calls(), replicas, router, cfg, concurrency=conc,
+                                 time_scale=opts.time_scale, seed=opts.seed, tool_hints=make_tool_hints(opts),
+                                 policy_factory=lambda name=name: make_trained_policy(name, source, opts),
+                                 scheduler_factory=lambda: make_bench_scheduler(opts), record_order=want_oracle)
         if cb is not None:
             cb(1)
-        results[name] = cm.summary()
-        first = first or cm
+    results = {name: cm.summary() for name, cm in runs.items() if name in policies}
+    oracle_passes = oracle_ref = None
+    if want_oracle:
+        from agentrt.cluster.bounds import oracle_on_placement
+        # on the placement of the run with the most hits: the oracle then bounds the best policy's
+        # eviction (other runs placed calls differently, see cluster.bounds)
+        oracle_ref = max(runs, key=lambda k: (runs[k].total.gpu_hit_tokens, -online.index(k)))
+        cb = progress("oracle", 1) if progress else None
+        bound, oracle_passes = oracle_on_placement(
+            list(source.eval_calls()), runs[oracle_ref], cfg, lambda: make_bench_scheduler(opts),
+            concurrency=conc, time_scale=opts.time_scale, seed=opts.seed, tool_hints=make_tool_hints(opts))
+        if cb is not None:
+            cb(1)
+        results["oracle"] = dict(bound.summary(), bound=True)
+    results = {p: results[p] for p in policies}
+    first = next(iter(runs.values()))
     config = asdict(opts)
     config.update(block_size=source.header.block_size, gpu_blocks=cfg.gpu_blocks,
                   block_bytes=cfg.block_bytes, concurrency=conc, bounds_stream=None,
-                  oracle_passes=oracle_passes, train=split, replicas=replicas, router=router)
+                  oracle_passes=oracle_passes, oracle_reference=oracle_ref, train=split,
+                  replicas=replicas, router=router)
     return {"schema_version": SCHEMA_VERSION, "trace": source.label, "calls": first.total.calls,
             "workflows": first.total.workflows, "config": config, "results": results,
             "lru_reference": None}

@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agentrt.cluster.metrics import ClusterMetrics, cluster_metrics
-from agentrt.cluster.registry import make_router
 from agentrt.cluster.routing import ReplicaView, RouteRequest, Router
 from agentrt.cluster.sim import ClusterSimulator
 from agentrt.engine.simulator import EngineConfig
@@ -71,6 +70,41 @@ def _split(calls: Sequence[Call], placement: Placement, n: int) -> list[list[Cal
     return parts
 
 
+def oracle_on_placement(calls: Sequence[Call], reference: ClusterMetrics, config: EngineConfig,
+                        make_scheduler: Callable[[], Scheduler], *, concurrency: int | None = None,
+                        time_scale: float = 1.0, seed: int = 0, passes: int = 2,
+                        tool_hints: ToolHints | None = None) -> tuple[ClusterMetrics, int]:
+    """Up to `passes` oracle passes pinned to the placement of `reference` (a run recorded with
+    `record_order=True` on the same calls and replay settings); (the best pass, passes run)."""
+    if passes < 1:
+        raise ValueError(f"passes must be >= 1, got {passes}")
+    if reference.placement is None or reference.orders is None:
+        raise ValueError("the reference run did not record its placement (record_order=True)")
+    placement, orders = reference.placement, reference.orders
+    n = len(orders)
+    parts = _split(calls, placement, n)
+    kw = dict(concurrency=concurrency, time_scale=time_scale, tool_hints=tool_hints, record_order=True)
+    best: ClusterMetrics | None = None
+    best_hits = -1
+    done = 0
+    for _ in range(passes):
+        futures = iter([FutureUses(parts[i], orders[i], config.block_size) for i in range(n)])
+        sim = ClusterSimulator(config, n, PinnedRouter(placement), iter(calls),
+                               lambda: OraclePolicy(next(futures), seed=seed), make_scheduler, **kw)
+        sim.run()
+        done += 1
+        hits = sum(s.metrics.gpu_hit_tokens for s in sim.sims)
+        if hits > best_hits:
+            best, best_hits = cluster_metrics(sim), hits
+        new = [s.admitted for s in sim.sims]
+        if new == orders:
+            break
+        orders = new
+    best.router = reference.router
+    best.placement = best.orders = None
+    return best, done
+
+
 def run_cluster_oracle(calls: Sequence[Call], n_replicas: int, router: str | Router,
                        config: EngineConfig, make_scheduler: Callable[[], Scheduler], *,
                        reference: Callable[[], Policy], concurrency: int | None = None,
@@ -83,30 +117,11 @@ def run_cluster_oracle(calls: Sequence[Call], n_replicas: int, router: str | Rou
     """
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
-    if isinstance(router, str):
-        router = make_router(router, seed=seed)
-    kw = dict(concurrency=concurrency, time_scale=time_scale, tool_hints=tool_hints, record_order=True)
-    ref = ClusterSimulator(config, n_replicas, router, iter(calls), reference, make_scheduler, **kw)
-    ref.run()
-    ref_metrics = cluster_metrics(ref)
-    placement = ref.placement
-    parts = _split(calls, placement, n_replicas)
-    orders = [s.admitted for s in ref.sims]
-    best: ClusterMetrics | None = None
-    best_hits = -1
-    done = 0
-    for _ in range(passes):
-        futures = iter([FutureUses(parts[i], orders[i], config.block_size) for i in range(n_replicas)])
-        sim = ClusterSimulator(config, n_replicas, PinnedRouter(placement), iter(calls),
-                               lambda: OraclePolicy(next(futures), seed=seed), make_scheduler, **kw)
-        sim.run()
-        done += 1
-        hits = sum(s.metrics.gpu_hit_tokens for s in sim.sims)
-        if hits > best_hits:
-            best, best_hits = cluster_metrics(sim), hits
-        new = [s.admitted for s in sim.sims]
-        if new == orders:
-            break
-        orders = new
-    best.router = ref_metrics.router
-    return ClusterBound(ref_metrics, best, done, placement)
+    from agentrt.cluster.run import run_cluster
+    ref = run_cluster(calls, n_replicas, router, config, seed=seed, policy_factory=reference,
+                      scheduler_factory=make_scheduler, concurrency=concurrency, time_scale=time_scale,
+                      tool_hints=tool_hints, record_order=True)
+    bound, done = oracle_on_placement(calls, ref, config, make_scheduler, concurrency=concurrency,
+                                      time_scale=time_scale, seed=seed, passes=passes,
+                                      tool_hints=tool_hints)
+    return ClusterBound(ref, bound, done, ref.placement)

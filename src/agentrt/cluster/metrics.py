@@ -67,6 +67,8 @@ class ClusterMetrics:
     late_arrivals: int = 0
     route_s: list[float] = field(default_factory=list)     # per decision, when timed
     router_state: int = 0                                   # entries the router held at the end
+    placement: dict | None = None     # (workflow, call) -> replica, when the run recorded it
+    orders: list | None = None        # per replica, (workflow, call) in admission order, likewise
 
     @property
     def imbalance(self) -> float:
@@ -99,4 +101,5 @@ def cluster_metrics(sim) -> ClusterMetrics:
     total.wall_seconds = sim.wall_seconds
     return ClusterMetrics(router=sim.router.name, replicas=reps, total=total,
                           late_arrivals=sim.replay.late_arrivals, route_s=list(sim.route_s),
-                          router_state=sim.router.state_size())
+                          router_state=sim.router.state_size(), placement=sim.placement,
+                          orders=[s.admitted for s in sim.sims] if sim.placement is not None else None)

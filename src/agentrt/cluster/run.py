@@ -27,7 +27,8 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
                 policy_options: dict | None = None, scheduler_options: dict | None = None,
                 policy_factory: Callable[[], Policy] | None = None,
                 scheduler_factory: Callable[[], Scheduler] | None = None,
-                time_routes: bool = False, tool_hints: ToolHints | None = None) -> ClusterMetrics:
+                time_routes: bool = False, tool_hints: ToolHints | None = None,
+                record_order: bool = False) -> ClusterMetrics:
     """Replay `calls` (consumed once, in file order) on `n_replicas` replicas behind `router`.
 
     `router`: a name (`agentrt routers`) built with `router_options` and `seed`, or a `Router`.
@@ -35,7 +36,8 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
     factory is given (e.g. one that trains the policy: `bench.runner.make_trained_policy`).
     `concurrency` / `time_scale` are the replay's (see `engine.replay`). `time_routes` records
     the wall time of every `route` call (`ClusterMetrics.route_s`). `tool_hints`: the framework
-    announces its tool times (`engine.tool_hints`).
+    announces its tool times (`engine.tool_hints`). `record_order`: the metrics keep the run's
+    placement and each replica's admission order (the cluster oracle's reference, `bounds.py`).
     """
     if isinstance(router, str):
         router = make_router(router, seed=seed, **(router_options or {}))
@@ -53,7 +55,7 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
             return make_scheduler(scheduler, seed=seed, **sopts)
     sim = ClusterSimulator(config, n_replicas, router, iter(calls), policy_factory, scheduler_factory,
                            concurrency=concurrency, time_scale=time_scale, time_routes=time_routes,
-                           tool_hints=tool_hints)
+                           tool_hints=tool_hints, record_order=record_order)
     sim.run()
     return cluster_metrics(sim)
 
