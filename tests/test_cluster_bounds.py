@@ -78,9 +78,9 @@ def test_bound_keeps_the_placement_and_beats_the_policies_on_it(gaia, router):
     assert bound.total.gpu_hit_tokens > ref.total.gpu_hit_tokens
     # an online policy on the same placement stays at or below the bound
     for name in ("lru", "cachesage", "pbkv-lae"):
-        cm = run_cluster(calls, 3, PinnedRouter(got.placement), cfg, policy=name, concurrency=12)
+        cm = run_cluster(calls, 3, PinnedRouter(got.reference.placement), cfg, policy=name, concurrency=12)
         assert cm.total.gpu_hit_tokens <= bound.total.gpu_hit_tokens, name
-    lru_pinned = run_cluster(calls, 3, PinnedRouter(got.placement), cfg, policy="lru", concurrency=12)
+    lru_pinned = run_cluster(calls, 3, PinnedRouter(got.reference.placement), cfg, policy="lru", concurrency=12)
     assert lru_pinned.total.gpu_hit_tokens == ref.total.gpu_hit_tokens   # pinning changes nothing
 
 

@@ -2,9 +2,9 @@
 router's placement.
 
 Model
-- A reference run replays the calls behind the router with a reference eviction policy (LRU
-  unless told otherwise) and records which replica served each call, and each replica's
-  admission order.
+- A reference run replays the calls behind the router with some eviction policy and records
+  which replica served each call, and each replica's admission order (`run_cluster(...,
+  record_order=True)`; `agentrt bench --replicas N` takes its run with the most hits).
 - The bound replays the same calls pinned to those replicas (`PinnedRouter`); each replica runs
   `OraclePolicy` whose future is the calls pinned to it, on the timeline of that replica's
   admission order. As on one replica (`bench.runner.run_oracle`), a later pass takes its order
@@ -60,7 +60,6 @@ class ClusterBound:
     reference: ClusterMetrics      # the reference run (the router, the reference policy)
     bound: ClusterMetrics          # the best oracle pass on the reference run's placement
     passes: int                    # oracle passes run
-    placement: Placement           # the reference run's placement
 
 
 def _split(calls: Sequence[Call], placement: Placement, n: int) -> list[list[Call]]:
@@ -115,8 +114,6 @@ def run_cluster_oracle(calls: Sequence[Call], n_replicas: int, router: str | Rou
     `calls` is read several times (a list). `router` is fresh (a name, or a router not used
     before); `reference` builds the reference run's policy, one per replica.
     """
-    if passes < 1:
-        raise ValueError(f"passes must be >= 1, got {passes}")
     from agentrt.cluster.run import run_cluster
     ref = run_cluster(calls, n_replicas, router, config, seed=seed, policy_factory=reference,
                       scheduler_factory=make_scheduler, concurrency=concurrency, time_scale=time_scale,
@@ -124,4 +121,4 @@ def run_cluster_oracle(calls: Sequence[Call], n_replicas: int, router: str | Rou
     bound, done = oracle_on_placement(calls, ref, config, make_scheduler, concurrency=concurrency,
                                       time_scale=time_scale, seed=seed, passes=passes,
                                       tool_hints=tool_hints)
-    return ClusterBound(ref, bound, done, ref.placement)
+    return ClusterBound(ref, bound, done)
