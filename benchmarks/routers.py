@@ -4,6 +4,7 @@
     python benchmarks/routers.py --quick    # 2 and 4 replicas (a few minutes)
     python benchmarks/routers.py --part micro
     python benchmarks/routers.py --part bounds   # eviction on each router's placement (4, 8 replicas)
+    python benchmarks/routers.py --part pooled   # add the pooled-memory reference to that JSON
 
 Every replica is the simulator's engine model with the same settings: Llama-3.1-8B on H100
 (`llama3.1-8b-h100`), a quarter of its KV memory (6,430 blocks of 16 tokens: the project's
@@ -24,13 +25,16 @@ The `bounds` part asks how much of the gap to the ceiling eviction can close on 
 placement: per workload and replica count, for `prefix` and `agent`, LRU and PBKV-TA (its
 predictor trained on a separate trace of the same workload, seed 1), each beside the cluster
 oracle on its own placement (`agentrt.cluster.bounds`: clairvoyant eviction on every replica,
-calls pinned where the router sent them in that run). Writes docs/results/routers.json (`--part bounds`:
+calls pinned where the router sent them in that run), and the pooled-memory reference: one
+engine with N x a replica's compute, KV memory and batch limits under LRU and the oracle (the
+cluster's memory as one pool, as if KV moved freely between replicas). Writes docs/results/routers.json (`--part bounds`:
 docs/results/router_bounds.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import random
@@ -44,7 +48,8 @@ from agentrt.cluster.registry import make_router, router_names
 from agentrt.cluster.routing import ClusterHints, RouteRequest
 from agentrt.cluster.run import render, run_cluster
 from agentrt.engine.presets import get_preset
-from agentrt.engine.simulator import EngineConfig
+from agentrt.engine.simulator import EngineConfig, Simulator
+from agentrt.policies.oracle import FutureUses, OraclePolicy
 from agentrt.policies.registry import make_policy
 from agentrt.sched.registry import make_scheduler
 from agentrt.trace.reader import TraceReader
@@ -112,6 +117,50 @@ def trained(policy: str, workload: str, n: int, per: int, block_size: int):
     return factory
 
 
+def pooled_config(block_size: int, n: int) -> EngineConfig:
+    """One engine with n x one replica's compute (peak FLOPs, HBM bandwidth), KV memory and batch
+    limits: the cluster's memory as one pool."""
+    p = get_preset(PRESET)
+    gpu = dataclasses.replace(p.gpu, peak_flops=p.gpu.peak_flops * n, hbm_bytes_s=p.gpu.hbm_bytes_s * n)
+    pooled = dataclasses.replace(p, name=f"{p.name} x{n}", gpu=gpu)
+    return EngineConfig(pooled, block_size, gpu_blocks=GPU_TOKENS // block_size * n,
+                        max_batch_tokens=8192 * n, max_running=256 * n)
+
+
+def run_pooled(calls: list, n: int, block_size: int, passes: int = 3) -> dict:
+    """LRU and the oracle on the pooled engine (`pooled_config`), as `agentrt bench` runs them
+    on one replica (the oracle's first reference order is LRU's, the best pass kept)."""
+    cfg = pooled_config(block_size, n)
+    sim = Simulator(cfg, make_policy("lru"), iter(calls), concurrency=CONC * n, record_stream=True)
+    sim.run()
+    out = {"lru": {k: sim.metrics.summary()[k] for k in ("hit_rate", "ttft_p50_s", "ttft_p99_s")}}
+    order, best, done = sim.admitted, None, 0
+    for _ in range(passes):
+        o = Simulator(cfg, OraclePolicy(FutureUses(calls, order, block_size)), iter(calls),
+                      concurrency=CONC * n, record_stream=True)
+        o.run()
+        done += 1
+        s = o.metrics.summary()
+        if best is None or s["hit_rate"] > best["hit_rate"]:
+            best = {k: s[k] for k in ("hit_rate", "ttft_p50_s", "ttft_p99_s")}
+        if o.admitted == order:
+            break
+        order = o.admitted
+    out["oracle"] = dict(best, passes=done)
+    return out
+
+
+def add_pooled(run: dict) -> None:
+    """Add the pooled-memory reference to one run of the bounds part (same trace)."""
+    n, name = run["replicas"], run["workload"]
+    src = workload_source(name, GenConfig(workflows=WORKFLOWS[name] * n, seed=0, concurrency=CONC * n))
+    calls = list(src.eval_calls())
+    src.close()
+    run["pooled"] = run_pooled(calls, n, src.header.block_size)
+    print(f"  {name} N={n} pooled: lru {run['pooled']['lru']['hit_rate']:.1%}  "
+          f"oracle {run['pooled']['oracle']['hit_rate']:.1%}", flush=True)
+
+
 def run_bounds(name: str, n: int, routers: list[str], learned: str = "pbkv-ta") -> dict:
     """Behind each router: LRU and `learned`, each with the cluster oracle on its own placement."""
     per = WORKFLOWS[name]
@@ -132,6 +181,7 @@ def run_bounds(name: str, n: int, routers: list[str], learned: str = "pbkv-ta") 
             res[f"oracle on {pol}'s placement"] = dict(row(got.bound), passes=got.passes)
         print(f"  {name} N={n} {r:8s} " + "  ".join(f"{k} {v['hit_rate']:.1%}" for k, v in res.items()),
               flush=True)
+    add_pooled(out)
     return out
 
 
@@ -235,7 +285,7 @@ def micro(n_replicas: int = 16, live: int = 10_000, decisions: int = 10_000, blo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 and 4 replicas only")
-    ap.add_argument("--part", choices=["all", "sim", "micro", "bounds"], default="all")
+    ap.add_argument("--part", choices=["all", "sim", "micro", "bounds", "pooled"], default="all")
     ap.add_argument("--replicas", default=None, help="comma-separated replica counts")
     ap.add_argument("--workloads", default=",".join([*WORKFLOWS, "mooncake"]))
     ap.add_argument("--routers", default=None, help="comma-separated (default: every router; "
@@ -250,6 +300,8 @@ def main() -> None:
         return write_docs(json.loads(Path(a.docs_only).read_text()), REPO / "docs" / "routers.md")
     if a.part == "bounds":
         return bounds_main(a)
+    if a.part == "pooled":
+        return pooled_main(a)
     ns = [int(x) for x in a.replicas.split(",")] if a.replicas else ([2, 4] if a.quick else [2, 4, 8, 16])
     scale = 1.0
     routers = a.routers.split(",") if a.routers is not None else router_names()
@@ -293,10 +345,14 @@ def bounds_markdown(doc: dict) -> str:
     head = ["workload", "N", "ceiling"]
     for r in routers:
         head += [f"{r}: lru", f"{r}: oracle on lru's", f"{r}: pbkv-ta", f"{r}: oracle on pbkv-ta's"]
-    head += ["best / prefix+lru", "best / its oracle"]
+    pooled = all("pooled" in run for run in doc["runs"])
+    if pooled:
+        head += ["pooled: lru", "pooled: oracle"]
+    head += ["best / prefix+lru", "best / its oracle"] + (["pooled oracle / prefix+lru"] if pooled else [])
     lines = [f"Built by `{doc['settings']['command']}` (docs/results/router_bounds.json, "
              f"{doc['seconds']:.0f} s). GPU token hit %; \"oracle on X's\": the cluster oracle on the "
-             "placement of the X run; best = the highest of the online runs (router + eviction).", "",
+             "placement of the X run; best = the highest of the online runs (router + eviction); "
+             "pooled = one engine with N x a replica's compute and memory (the memory as one pool).", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run in doc["runs"]:
         cells = [run["workload"], str(run["replicas"]), f"{100 * run['ceiling_hit_rate']:.1f}"]
@@ -310,8 +366,12 @@ def bounds_markdown(doc: dict) -> str:
                     best, best_key = res[k]["hit_rate"], (r, k)
         base = run["routers"]["prefix"]["lru"]["hit_rate"] if "prefix" in run["routers"] else None
         own = run["routers"][best_key[0]][f"oracle on {best_key[1]}'s placement"]["hit_rate"]
+        if pooled:
+            cells += [f"{100 * run['pooled'][k]['hit_rate']:.1f}" for k in ("lru", "oracle")]
         cells.append(f"{best / base:.2f} ({best_key[0]}+{best_key[1]})" if base else "-")
         cells.append(f"{best / own:.3f}")
+        if pooled:
+            cells.append(f"{run['pooled']['oracle']['hit_rate'] / base:.2f}" if base else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -341,6 +401,20 @@ def bounds_main(a) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
     print(f"wrote {out} ({doc['seconds']:.0f} s)")
+    print(bounds_markdown(doc))
+    if a.docs:
+        write_docs(doc, REPO / "docs" / "routers.md")
+
+
+def pooled_main(a) -> None:
+    """Add the pooled reference to an existing bounds JSON (what `--part bounds` computes too)."""
+    path = Path(a.out or REPO / "docs" / "results" / "router_bounds.json")
+    doc = json.loads(path.read_text())
+    t0 = time.time()
+    for run in doc["runs"]:
+        add_pooled(run)
+    doc["seconds_pooled"] = time.time() - t0
+    path.write_text(json.dumps(doc, indent=1))
     print(bounds_markdown(doc))
     if a.docs:
         write_docs(doc, REPO / "docs" / "routers.md")

@@ -294,7 +294,7 @@ def table_md(workload: str, d: dict, slo: float) -> str:
             r0 = ref["fcfs+lru"]["rate"]
             top = max(ref.items(), key=lambda kv: kv[1]["rate"])
             cmd = next((v["command"] for v in ref.values() if v["command"]), "")
-            parts.append(f"Refined by bisection (4 probes between each pair's highest passing grid rate and the next "
+            parts.append("Refined by bisection (4 probes between each pair's highest passing grid rate and the next "
                          "grid rate; it assumes p90 TTFT rises with the rate): "
                          + ", ".join(f"{k} {v['rate']:.5f}" for k, v in ref.items())
                          + f"; best {top[0]} = {top[1]['rate'] / r0:.2f}x FCFS + LRU. Each probe is "

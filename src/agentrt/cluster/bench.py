@@ -24,7 +24,7 @@ from agentrt.bench.runner import (BenchOptions, ProgressFactory, engine_config,
                                   plan_split)
 from agentrt.bench.source import TraceSource
 from agentrt.errors import AgentrtError
-from agentrt.policies.registry import BOUNDS, SIM_BOUNDS, make_policy
+from agentrt.policies.registry import BOUNDS, SIM_BOUNDS
 
 
 def check_cluster_run(policies: list[str], replicas: int, router: str | None, cli: bool = True) -> None:
