@@ -105,13 +105,18 @@ def test_the_run_summary_says_what_the_cluster_oracle_bounds():
     assert "placement" not in run_summary(doc)[2]
 
 
-def test_the_router_benchmark_renders_and_writes_the_bounds_table(tmp_path):
+def router_bench():
     import importlib.util
     from pathlib import Path
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "routers.py"
     spec = importlib.util.spec_from_file_location("routers_bench", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_router_benchmark_renders_and_writes_the_bounds_table(tmp_path):
+    mod = router_bench()
 
     def res(h):
         return {"hit_rate": h}
@@ -128,3 +133,18 @@ def test_the_router_benchmark_renders_and_writes_the_bounds_table(tmp_path):
     mod.write_docs(doc, page)
     text = page.read_text()
     assert "old" not in text and row in text and text.startswith("before") and text.endswith("after\n")
+    run["pooled"] = {"lru": res(0.31), "oracle": res(0.435)}
+    pooled_row = mod.bounds_markdown(doc).splitlines()[-1]
+    assert pooled_row.endswith("| 31.0 | 43.5 | 1.07 (prefix+pbkv-ta) | 0.912 | 1.50 |")
+
+
+def test_the_pooled_reference_pools_compute_and_memory(gaia):
+    mod = router_bench()
+    bs = gaia.header.block_size
+    cfg = mod.pooled_config(bs, 4)
+    one = mod.config(bs)
+    assert cfg.gpu_blocks == 4 * one.gpu_blocks and cfg.max_running == 4 * one.max_running
+    assert cfg.preset.gpu.peak_flops == 4 * one.preset.gpu.peak_flops
+    got = mod.run_pooled(list(gaia.eval_calls()), 1, bs, passes=2)
+    assert 1 <= got["oracle"]["passes"] <= 2
+    assert got["oracle"]["hit_rate"] >= got["lru"]["hit_rate"] > 0
