@@ -85,6 +85,9 @@ def test_trace_file_and_sweep(tmp_path, res):
     (dict(trace_or_workload="coding", gpu_blocks=0), "gpu_blocks"),
     (dict(trace_or_workload="coding", policy_options={"ttl": {}}), "not among the policies"),
     (dict(trace_or_workload="coding", scheduler="nope"), "unknown scheduler"),
+    (dict(trace_or_workload="coding", replicas=0), "replicas must be an integer >= 1"),
+    (dict(trace_or_workload="coding", replicas=2, router="nope"), "unknown router 'nope'"),
+    (dict(trace_or_workload="coding", replicas=2, policies=["lru", "belady"]), "run on one replica only"),
 ])
 def test_bad_arguments_fail_before_any_replay(kwargs, msg):
     with pytest.raises(AgentrtError, match=msg):
@@ -101,3 +104,12 @@ def test_the_example_in_docs_api_md_runs(capsys):
     exec(compile(code, "docs/api.md", "exec"), {})
     out = capsys.readouterr().out
     assert out.startswith("SimResult(workload:mix (workflows=60, seed=0): 643 calls;") and "gpu_blocks" in out
+
+
+def test_replicas_behind_a_router_with_the_cluster_oracle():
+    res = agentrt.simulate("mtbench", ["lru", "oracle"], workflows=12, concurrency=4, gpu_blocks=300,
+                           replicas=2, router="prefix")
+    assert res.config["replicas"] == 2 and res.config["router"] == "prefix"
+    assert res.config["oracle_reference"] == "lru"
+    assert res["lru"]["n_replicas"] == 2 and res["oracle"]["bound"] is True
+    assert res["oracle"]["hit_rate"] >= res["lru"]["hit_rate"]

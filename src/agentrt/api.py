@@ -111,7 +111,8 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
              workflows: int = defaults.WORKFLOWS, seed: int = defaults.SEED, tool_scale: float = 1.0,
              time_scale: float = 1.0, train: str | Path | None = None,
              train_fraction: float | None = None, policy_options: dict | None = None,
-             scheduler_options: dict | None = None, tool_hints: float | None = None) -> SimResult:
+             scheduler_options: dict | None = None, tool_hints: float | None = None,
+             replicas: int = 1, router: str | None = None) -> SimResult:
     """Replay a trace (a path, or a workload name from `agentrt workloads`, generated with
     `workflows`, `seed`, `tool_scale`) once per policy through the simulator.
 
@@ -121,8 +122,11 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
     the trace's; 16 for a workload). `train` / `train_fraction`: the training split of policies
     that learn offline (`agentrt bench --train`, `--train-fraction`). `policy_options`:
     {policy: {option: value}}, as `--set`. `tool_hints`: the framework announces each tool
-    call's duration with this lognormal error (`--tool-hints`; None: it does not). Raises `AgentrtError` on a bad name or value, before
-    any replay (the checks of `agentrt bench`, `BenchSpec.validate`)."""
+    call's duration with this lognormal error (`--tool-hints`; None: it does not). `replicas` /
+    `router`: that many simulated replicas, each with `gpu_blocks`, behind a router from `agentrt
+    routers` (`--replicas`, `--router`; `oracle` is then the cluster oracle). Raises
+    `AgentrtError` on a bad name or value, before any replay (the checks of `agentrt bench`,
+    `BenchSpec.validate`)."""
     from agentrt.bench.runner import BenchOptions
     from agentrt.bench.spec import BenchSpec
     names = [p.strip() for p in policies.split(",")] if isinstance(policies, str) else list(policies)
@@ -133,7 +137,7 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
                         scheduler=scheduler, scheduler_options=dict(scheduler_options or {}),
                         tool_hints=tool_hints)
     spec = BenchSpec(policies=[p for p in names if p], workflows=workflows, tool_scale=tool_scale,
-                     options=opts, cli=False)
+                     options=opts, cli=False, replicas=replicas, router=router)
     _spec_source(spec, trace_or_workload)
     spec.validate()
     return SimResult(spec.run())
