@@ -49,7 +49,7 @@ from agentrt.cluster.routing import ClusterHints, RouteRequest
 from agentrt.cluster.run import render, run_cluster
 from agentrt.engine.presets import get_preset
 from agentrt.engine.simulator import EngineConfig, Simulator
-from agentrt.policies.oracle import FutureUses, OraclePolicy
+from agentrt.policies.oracle import FutureUses, OraclePolicy, best_of_passes
 from agentrt.policies.registry import make_policy
 from agentrt.sched.registry import make_scheduler
 from agentrt.trace.reader import TraceReader
@@ -131,21 +131,18 @@ def run_pooled(calls: list, n: int, block_size: int, passes: int = 3) -> dict:
     """LRU and the oracle on the pooled engine (`pooled_config`), as `agentrt bench` runs them
     on one replica (the oracle's first reference order is LRU's, the best pass kept)."""
     cfg = pooled_config(block_size, n)
+    keys = ("hit_rate", "ttft_p50_s", "ttft_p99_s")
     sim = Simulator(cfg, make_policy("lru"), iter(calls), concurrency=CONC * n, record_stream=True)
     sim.run()
-    out = {"lru": {k: sim.metrics.summary()[k] for k in ("hit_rate", "ttft_p50_s", "ttft_p99_s")}}
-    order, best, done = sim.admitted, None, 0
-    for _ in range(passes):
+    out = {"lru": {k: sim.metrics.summary()[k] for k in keys}}
+
+    def replay(order, i: int):
         o = Simulator(cfg, OraclePolicy(FutureUses(calls, order, block_size)), iter(calls),
                       concurrency=CONC * n, record_stream=True)
         o.run()
-        done += 1
         s = o.metrics.summary()
-        if best is None or s["hit_rate"] > best["hit_rate"]:
-            best = {k: s[k] for k in ("hit_rate", "ttft_p50_s", "ttft_p99_s")}
-        if o.admitted == order:
-            break
-        order = o.admitted
+        return o.metrics.gpu_hit_tokens, {k: s[k] for k in keys}, o.admitted
+    best, done = best_of_passes(sim.admitted, passes, replay)
     out["oracle"] = dict(best, passes=done)
     return out
 

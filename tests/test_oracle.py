@@ -124,3 +124,18 @@ def test_oracle_bounds_online_policies_under_pressure():
     # the oracle is a simulator run: it has timings, belady does not
     assert doc["results"]["oracle"]["ttft_mean_s"] is not None
     assert doc["results"]["belady"]["ttft_mean_s"] is None
+
+
+def test_best_of_passes_keeps_the_best_pass_and_stops_when_the_order_holds():
+    from agentrt.policies.oracle import best_of_passes
+    seen = []
+
+    def replay(order, i):
+        seen.append((order, i))
+        hits = {"a": 5, "b": 9, "c": 7}[order]
+        return hits, f"result-{order}", {"a": "b", "b": "c", "c": "c"}[order]
+    assert best_of_passes("a", 5, replay) == ("result-b", 3)    # a -> b -> c, c admits in order c
+    assert seen == [("a", 0), ("b", 1), ("c", 2)]
+    assert best_of_passes("a", 1, replay) == ("result-a", 1)
+    with pytest.raises(ValueError, match="passes must be >= 1"):
+        best_of_passes("a", 0, replay)

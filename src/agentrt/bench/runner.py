@@ -168,29 +168,22 @@ def plan_split(source: TraceSource, policies: list[str], opts: BenchOptions) -> 
 
 def run_oracle(source: TraceSource, opts: BenchOptions, order: list[tuple[str, int]],
                passes: int = 2, progress: Callable[[int], None] | None = None) -> tuple[Simulator, int]:
-    """The in-simulator clairvoyant bound: replay under `OraclePolicy`, `passes` times.
-
-    The first pass takes its reference order (when each call is admitted) from `order`, an
-    earlier replay; each later pass takes the previous pass's own order, which is closer to the
-    oracle's timing. Every pass is a valid clairvoyant run, so the best one is kept.
-    Returns (the best pass's simulator, passes run).
+    """The in-simulator clairvoyant bound: replay under `OraclePolicy`, up to `passes` times,
+    the first on the reference order `order` (an earlier replay's admission order), the best pass
+    kept (`policies.oracle.best_of_passes`). Returns (the best pass's simulator, passes run).
     """
-    from agentrt.policies.oracle import FutureUses, OraclePolicy
+    from agentrt.policies.oracle import FutureUses, OraclePolicy, best_of_passes
     cfg = engine_config(opts, source.header.block_size)
     conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
-    best = None
-    for i in range(passes):
-        future = FutureUses(source.eval_calls(), order, source.header.block_size)
+
+    def replay(ref: list[tuple[str, int]], i: int):
+        future = FutureUses(source.eval_calls(), ref, source.header.block_size)
         sim = Simulator(cfg, OraclePolicy(future, seed=opts.seed), source.eval_calls(),
                         concurrency=conc, record_stream=True, time_scale=opts.time_scale,
                         progress=progress if i == 0 else None, scheduler=make_bench_scheduler(opts))
         sim.run()
-        if best is None or sim.metrics.gpu_hit_tokens > best.metrics.gpu_hit_tokens:
-            best = sim
-        if sim.admitted == order:
-            return best, i + 1
-        order = sim.admitted
-    return best, passes
+        return sim.metrics.gpu_hit_tokens, sim, sim.admitted
+    return best_of_passes(order, passes, replay)
 
 
 def _offline_row(b) -> dict:

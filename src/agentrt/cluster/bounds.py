@@ -7,8 +7,8 @@ Model
   record_order=True)`; `agentrt bench --replicas N` takes its run with the most hits).
 - The bound replays the same calls pinned to those replicas (`PinnedRouter`); each replica runs
   `OraclePolicy` whose future is the calls pinned to it, on the timeline of that replica's
-  admission order. As on one replica (`bench.runner.run_oracle`), a later pass takes its order
-  from the previous pass, and the best pass is kept (every pass is a valid clairvoyant run).
+  admission order. As on one replica, a later pass takes its order from the previous pass, and
+  the best pass is kept (`policies.oracle.best_of_passes`).
 - Everything else is the cluster simulator's: per-replica memory accounting, running requests'
   blocks, queueing, the shared workflow replay.
 
@@ -29,7 +29,7 @@ from agentrt.cluster.routing import ReplicaView, RouteRequest, Router
 from agentrt.cluster.sim import ClusterSimulator
 from agentrt.engine.simulator import EngineConfig
 from agentrt.engine.tool_hints import ToolHints
-from agentrt.policies.oracle import FutureUses, OraclePolicy
+from agentrt.policies.oracle import FutureUses, OraclePolicy, best_of_passes
 from agentrt.runtime.policy import Policy
 from agentrt.sched.base import Scheduler
 from agentrt.trace.schema import Call
@@ -75,30 +75,20 @@ def oracle_on_placement(calls: Sequence[Call], reference: ClusterMetrics, config
                         tool_hints: ToolHints | None = None) -> tuple[ClusterMetrics, int]:
     """Up to `passes` oracle passes pinned to the placement of `reference` (a run recorded with
     `record_order=True` on the same calls and replay settings); (the best pass, passes run)."""
-    if passes < 1:
-        raise ValueError(f"passes must be >= 1, got {passes}")
     if reference.placement is None or reference.orders is None:
         raise ValueError("the reference run did not record its placement (record_order=True)")
-    placement, orders = reference.placement, reference.orders
-    n = len(orders)
+    placement = reference.placement
+    n = len(reference.orders)
     parts = _split(calls, placement, n)
     kw = dict(concurrency=concurrency, time_scale=time_scale, tool_hints=tool_hints, record_order=True)
-    best: ClusterMetrics | None = None
-    best_hits = -1
-    done = 0
-    for _ in range(passes):
-        futures = iter([FutureUses(parts[i], orders[i], config.block_size) for i in range(n)])
+
+    def replay(orders: list, i: int):
+        futures = iter([FutureUses(parts[j], orders[j], config.block_size) for j in range(n)])
         sim = ClusterSimulator(config, n, PinnedRouter(placement), iter(calls),
                                lambda: OraclePolicy(next(futures), seed=seed), make_scheduler, **kw)
         sim.run()
-        done += 1
-        hits = sum(s.metrics.gpu_hit_tokens for s in sim.sims)
-        if hits > best_hits:
-            best, best_hits = cluster_metrics(sim), hits
-        new = [s.admitted for s in sim.sims]
-        if new == orders:
-            break
-        orders = new
+        return sum(s.metrics.gpu_hit_tokens for s in sim.sims), cluster_metrics(sim), [s.admitted for s in sim.sims]
+    best, done = best_of_passes(reference.orders, passes, replay)
     best.router = reference.router
     best.placement = best.orders = None
     return best, done

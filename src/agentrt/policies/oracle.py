@@ -24,7 +24,8 @@ once (a re-admission after a preemption changes nothing).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from agentrt.errors import AgentrtError
 from agentrt.runtime import events as ev
@@ -32,6 +33,30 @@ from agentrt.runtime.policy import Policy
 from agentrt.trace.schema import Call
 
 NEVER = float("inf")
+R = TypeVar("R")
+
+
+def best_of_passes(order, passes: int, replay: Callable[[object, int], tuple[int, R, object]]) -> tuple[R, int]:
+    """Run the oracle up to `passes` times and keep the pass with the most hits.
+
+    `replay(order, i)` runs pass `i` on the reference order `order` and returns (hit tokens, its
+    result, its own admission order). The first pass takes `order` (an earlier replay's); each
+    later pass takes the previous pass's own order, which is closer to the oracle's timing, and the
+    passes stop once a pass admits in the order it was given. Every pass is a valid clairvoyant
+    run, so the best one is kept. Returns (the best pass's result, passes run).
+    """
+    if passes < 1:
+        raise ValueError(f"passes must be >= 1, got {passes}")
+    best: R | None = None
+    best_hits = -1
+    for i in range(passes):
+        hits, result, admitted = replay(order, i)
+        if hits > best_hits:
+            best, best_hits = result, hits
+        if admitted == order:
+            return best, i + 1
+        order = admitted
+    return best, passes
 
 
 class FutureUses:
