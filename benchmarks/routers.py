@@ -150,21 +150,24 @@ def run_pooled(calls: list, n: int, block_size: int, passes: int = 3) -> dict:
 def add_pooled(run: dict) -> None:
     """Add the pooled-memory reference to one run of the bounds part (same trace)."""
     n, name = run["replicas"], run["workload"]
+    calls, bs = trace(name, n)
+    run["pooled"] = run_pooled(calls, n, bs)
+    print(f"  {name} N={n} pooled: lru {run['pooled']['lru']['hit_rate']:.1%}  "
+          f"oracle {run['pooled']['oracle']['hit_rate']:.1%}", flush=True)
+
+
+def trace(name: str, n: int) -> tuple[list, int]:
+    """The generated trace of the bounds part for `n` replicas: (calls, block size)."""
     src = workload_source(name, GenConfig(workflows=WORKFLOWS[name] * n, seed=0, concurrency=CONC * n))
     calls = list(src.eval_calls())
     src.close()
-    run["pooled"] = run_pooled(calls, n, src.header.block_size)
-    print(f"  {name} N={n} pooled: lru {run['pooled']['lru']['hit_rate']:.1%}  "
-          f"oracle {run['pooled']['oracle']['hit_rate']:.1%}", flush=True)
+    return calls, src.header.block_size
 
 
 def run_bounds(name: str, n: int, routers: list[str], learned: str = "pbkv-ta") -> dict:
     """Behind each router: LRU and `learned`, each with the cluster oracle on its own placement."""
     per = WORKFLOWS[name]
-    src = workload_source(name, GenConfig(workflows=per * n, seed=0, concurrency=CONC * n))
-    bs = src.header.block_size
-    calls = list(src.eval_calls())
-    src.close()
+    calls, bs = trace(name, n)
     cfg = config(bs)
     out = {"workload": name, "replicas": n, "workflows": per * n, "calls": len(calls),
            "ceiling_hit_rate": ceiling(calls, bs), "routers": {}}
@@ -373,11 +376,16 @@ def bounds_markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def write_docs(doc: dict, path: Path) -> None:
+def write_between(path: Path, start: str, end: str, body: str) -> None:
+    """Replace what lies between two marker lines of a docs file."""
     text = path.read_text()
-    a, b = text.index(BOUNDS_START) + len(BOUNDS_START), text.index(BOUNDS_END)
-    path.write_text(text[:a] + "\n" + bounds_markdown(doc) + "\n" + text[b:])
+    a, b = text.index(start) + len(start), text.index(end)
+    path.write_text(text[:a] + "\n" + body + "\n" + text[b:])
     print(f"updated {path}")
+
+
+def write_docs(doc: dict, path: Path) -> None:
+    write_between(path, BOUNDS_START, BOUNDS_END, bounds_markdown(doc))
 
 
 def bounds_main(a) -> None:

@@ -112,7 +112,8 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
              time_scale: float = 1.0, train: str | Path | None = None,
              train_fraction: float | None = None, policy_options: dict | None = None,
              scheduler_options: dict | None = None, tool_hints: float | None = None,
-             replicas: int = 1, router: str | None = None) -> SimResult:
+             replicas: int = 1, router: str | None = None,
+             transfer_gbps: float | None = None) -> SimResult:
     """Replay a trace (a path, or a workload name from `agentrt workloads`, generated with
     `workflows`, `seed`, `tool_scale`) once per policy through the simulator.
 
@@ -124,7 +125,9 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
     {policy: {option: value}}, as `--set`. `tool_hints`: the framework announces each tool
     call's duration with this lognormal error (`--tool-hints`; None: it does not). `replicas` /
     `router`: that many simulated replicas, each with `gpu_blocks`, behind a router from `agentrt
-    routers` (`--replicas`, `--router`; `oracle` is then the cluster oracle). Raises
+    routers` (`--replicas`, `--router`; `oracle` is then the cluster oracle). `transfer_gbps`:
+    the replicas copy cached prefixes from each other over a link of that many GB/s
+    (`--transfer-gbps`; None: they do not). Raises
     `AgentrtError` on a bad name or value, before any replay (the checks of `agentrt bench`,
     `BenchSpec.validate`)."""
     from agentrt.bench.runner import BenchOptions
@@ -137,7 +140,8 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
                         scheduler=scheduler, scheduler_options=dict(scheduler_options or {}),
                         tool_hints=tool_hints)
     spec = BenchSpec(policies=[p for p in names if p], workflows=workflows, tool_scale=tool_scale,
-                     options=opts, cli=False, replicas=replicas, router=router)
+                     options=opts, cli=False, replicas=replicas, router=router,
+                     transfer_gbps=transfer_gbps)
     _spec_source(spec, trace_or_workload)
     spec.validate()
     return SimResult(spec.run())

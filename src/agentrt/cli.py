@@ -71,7 +71,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                predictor_noise: float, set_: list[str], scheduler: str, max_wait: float | None,
                max_hold: float | None, tenant_weights: str | None, replicas: int = 1,
                router: str | None = None, shared_chunk_tokens: int | None = None,
-               tool_hints: float | None = None):
+               tool_hints: float | None = None, transfer_gbps: float | None = None):
     """The bench run the command line asks for, with the defaults filled in and every value
     checked (`BenchSpec.validate`); nothing generated or replayed yet."""
     from agentrt.bench.runner import BenchOptions
@@ -80,8 +80,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     from agentrt.policies.registry import check_names
     if engine not in ("sim", "vllm"):
         raise AgentrtError(f"--engine must be sim or vllm, got {engine!r}")
-    if engine == "vllm" and (replicas != 1 or router is not None):
-        raise AgentrtError("--replicas and --router are for the simulator; for real replicas "
+    if engine == "vllm" and (replicas != 1 or router is not None or transfer_gbps is not None):
+        raise AgentrtError("--replicas, --router and --transfer-gbps are for the simulator; for real replicas "
                            "see docs/ray.md")
     if trace is not None and workload is not None:
         raise AgentrtError("give either --trace or --workload, not both")
@@ -97,8 +97,9 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     names = _split(policies)
     if replicas > 1 and default_policies:
         from agentrt.policies.registry import BOUNDS, SIM_BOUNDS
-        # belady and infinite are one-replica constructs; the oracle has a cluster form
-        names = [n for n in names if n not in BOUNDS or n in SIM_BOUNDS]
+        # belady and infinite are one-replica constructs; the oracle has a cluster form, without
+        # peer transfer
+        names = [n for n in names if n not in BOUNDS or (n in SIM_BOUNDS and transfer_gbps is None)]
     if not names:
         raise AgentrtError("--policies is empty")
     check_names(names)
@@ -121,7 +122,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     spec = BenchSpec(policies=names, trace=trace,
                      workload=(workload or defaults.RUN_WORKLOAD) if trace is None else None,
                      workflows=workflows, tool_scale=tool_scale, options=opts, json_path=json_path,
-                     csv_path=csv_path, plot_path=plot, replicas=replicas, router=router)
+                     csv_path=csv_path, plot_path=plot, replicas=replicas, router=router,
+                     transfer_gbps=transfer_gbps)
     spec.validate()
     return spec
 
@@ -156,6 +158,7 @@ def bench(
     tool_hints: Optional[float] = typer.Option(None, "--tool-hints", help="act as a framework that announces how long each tool call will run: the trace's tool time times a lognormal error of this sigma (0: exact; pbkv-ta reads it; with --engine vllm sent as the agentrt.tool_call kv_hint; default: no estimates, only that a call ended in a tool call)"),
     replicas: int = typer.Option(1, "--replicas", help="simulate this many replicas (each with --gpu-blocks) behind --router"),
     router: Optional[str] = typer.Option(None, "--router", help="with --replicas N: how calls are spread (see `agentrt routers`; default agent)"),
+    transfer_gbps: Optional[float] = typer.Option(None, "--transfer-gbps", help="with --replicas N: replicas copy cached prefixes from each other's GPUs over a link of this many GB/s (default: they do not)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     engine: str = typer.Option("sim", "--engine", help="sim: the simulator; vllm: a live vLLM server per policy (needs the vllm extra)"),
     model_size: str = typer.Option("tiny", "--model-size", help="[vllm] local random-weight model: tiny or small"),
@@ -175,7 +178,8 @@ def bench(
                       predictor_kind=predictor_kind, predictor_noise=predictor_noise, set_=set_,
                       scheduler=scheduler, max_wait=max_wait, max_hold=max_hold,
                       tenant_weights=tenant_weights, replicas=replicas, router=router,
-                      shared_chunk_tokens=shared_chunk_tokens, tool_hints=tool_hints)
+                      shared_chunk_tokens=shared_chunk_tokens, tool_hints=tool_hints,
+                      transfer_gbps=transfer_gbps)
     if engine == "vllm":
         doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir)
     else:

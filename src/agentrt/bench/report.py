@@ -54,7 +54,8 @@ def capacity_text(cfg: dict) -> str:
     reps = cfg.get("replicas") or 1
     per = f"{reps} replicas behind the {cfg.get('router')} router, each " if reps > 1 else ""
     return (f"{per}{cfg['gpu_blocks']:,} GPU blocks x {cfg['block_size']} tokens, "
-            + (f"{host:,} host blocks" if host else "no host tier"))
+            + (f"{host:,} host blocks" if host else "no host tier")
+            + (f", peer KV transfer at {cfg['transfer_gbps']:g} GB/s" if cfg.get("transfer_gbps") else ""))
 
 
 def split_text(cfg: dict) -> str:
@@ -85,6 +86,7 @@ def run_summary(doc: dict) -> list[str]:
 
 # (header, result key, format); TPOT only when the engine recorded it
 COLUMNS = [("hit rate", "hit_rate", "pct"), ("host hit", "host_hit_rate", "pct"),
+           ("peer hit", "remote_hit_rate", "pct"),
            ("prefill tok", "prefill_tokens", "int"), ("TTFT mean s", "ttft_mean_s", "s"),
            ("TTFT p50 s", "ttft_p50_s", "s"), ("TTFT p90 s", "ttft_p90_s", "s"),
            ("TTFT p99 s", "ttft_p99_s", "s"), ("TPOT mean ms", "tpot_mean_s", "ms"),
@@ -93,8 +95,9 @@ COLUMNS = [("hit rate", "hit_rate", "pct"), ("host hit", "host_hit_rate", "pct")
            ("imbalance", "imbalance", "x")]
 
 
-# shown only when some result has them: TPOT (when recorded), imbalance (multi-replica runs)
-OPTIONAL = {"tpot_mean_s", "tpot_p99_s", "imbalance"}
+# shown only when some result has them: TPOT (when recorded), imbalance (multi-replica runs),
+# peer hits (multi-replica runs with peer transfer)
+OPTIONAL = {"tpot_mean_s", "tpot_p99_s", "imbalance", "remote_hit_rate"}
 
 
 def result_table(doc: dict) -> Table:
@@ -103,7 +106,7 @@ def result_table(doc: dict) -> Table:
     target, bel = gap_target(res)
     t = Table(title="\n".join(run_summary(doc)), title_justify="left")
     cols = [c for c in COLUMNS if c[1] not in OPTIONAL
-            or any(r.get(c[1]) is not None for r in res.values())]
+            or any(r.get(c[1]) for r in res.values())]
     gap = lru is not None and bel is not None and bel > lru
     t.add_column("policy", no_wrap=True)
     for head, _, _ in cols:

@@ -36,6 +36,7 @@ class BenchSpec:
     plot_path: Path | None = None
     replicas: int = 1                     # > 1: simulated replicas behind `router` (agentrt.cluster)
     router: str | None = None             # default with replicas > 1: agentrt.cluster's DEFAULT_ROUTER
+    transfer_gbps: float | None = None    # replicas copy cached prefixes over a link this fast
     cli: bool = True                      # errors name command-line flags (else Python keywords)
 
     def validate(self) -> None:
@@ -54,9 +55,9 @@ class BenchSpec:
                 raise AgentrtError(f"{flag('workflows', cli)} must be > 0, got {self.workflows}")
             positive(self.tool_scale, "tool_scale", cli)
         self.options.validate(self.policies, cli)
-        if self.replicas != 1 or self.router is not None:
+        if self.replicas != 1 or self.router is not None or self.transfer_gbps is not None:
             from agentrt.cluster.bench import check_cluster_run
-            check_cluster_run(self.policies, self.replicas, self.router, cli)
+            check_cluster_run(self.policies, self.replicas, self.router, cli, self.transfer_gbps)
         if self.json_path is not None:
             output_file(self.json_path, flag("json", cli), (".json",))
         if self.csv_path is not None:
@@ -87,7 +88,8 @@ class BenchSpec:
                 from agentrt.cluster.bench import run_cluster_bench
                 from agentrt.cluster.registry import DEFAULT_ROUTER
                 return run_cluster_bench(source, self.policies, self.options, self.replicas,
-                                         self.router or DEFAULT_ROUTER, progress=progress)
+                                         self.router or DEFAULT_ROUTER, progress=progress,
+                                         transfer_gbps=self.transfer_gbps)
             return run_bench(source, self.policies, self.options, progress=progress)
         finally:
             if owned:

@@ -29,8 +29,9 @@ class Lease:
     released: bool = False
     depth: int = 0          # blocks on the locked path (hits, computed prompt blocks, outputs)
     output_blocks: int = 0  # output blocks cached on the path
+    remote_hit: int = 0     # prompt blocks after the hits fetched from a peer replica (cluster only)
 
     @property
     def new_blocks(self) -> int:
         """Prompt blocks the request must compute."""
-        return self.n_full - self.gpu_hit - self.host_hit
+        return self.n_full - self.gpu_hit - self.host_hit - self.remote_hit

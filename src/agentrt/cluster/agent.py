@@ -21,6 +21,10 @@ to a workload)
   would push out before its next call: footprint(r) sums the contexts of the live threads placed
   on r, including those waiting on tools, which no load counter sees. So new workflows go where
   the cache has room for them, and a replica about to evict live workflows receives fewer.
+- With peer transfer (`ClusterHints.transfer_tokens_per_s` > 0, `transfer.py`) a prefix cached
+  elsewhere is not recomputed but copied: each block given up costs its transfer time instead of
+  one of its two prefills (the dead copy left behind still counts one), so calls leave a loaded
+  home more readily.
 - Option `spread` (off by default; measured, see docs/routers.md): anchors placed, not copied
   everywhere: each agent gets the first ceil(N x its share of recent prefill work) + 1 replicas of
   its own rendezvous-hash order, and placing a thread outside them costs the anchor's prefill once
@@ -90,6 +94,9 @@ class AgentRouter(Router):
         bs = hints.block_size if hints is not None else 16
         speed = hints.prefill_tokens_per_s if hints is not None else 20_000.0
         step_s = hints.decode_s_per_token if hints is not None else 0.02
+        # a prefix cached on some replica costs its transfer time elsewhere, when replicas copy KV
+        fetch = hints.transfer_tokens_per_s if hints is not None else 0.0
+        cached_speed = fetch if fetch > speed else speed
         agent = self._agent(request)
         tenant = request.tenant
         e = self.agents.agents.get((tenant, agent))
@@ -108,7 +115,7 @@ class AgentRouter(Router):
                 # and its copy left behind as dead weight). Elsewhere at most the agent's anchor
                 # is cached, credited where the agent has run (not looked up: one lookup per
                 # decision on this path, the common one)
-                credit = self.copy_cost * bs / speed
+                credit = bs / cached_speed + (self.copy_cost - 1.0) * bs / speed
                 best, best_cost = h, wait[h] - credit * m
                 ran = e.replicas if e is not None else 0
                 for i in order:
@@ -116,10 +123,10 @@ class AgentRouter(Router):
                     if c < best_cost:
                         best, best_cost = i, c
                 return best
-        return self._place(request, replicas, order, e, wait, bs, speed)
+        return self._place(request, replicas, order, e, wait, bs, speed, cached_speed)
 
     def _place(self, request: RouteRequest, replicas: Sequence[ReplicaView], order: list[int], e,
-               wait: list[float], bs: int, speed: float) -> int:
+               wait: list[float], bs: int, speed: float, cached_speed: float) -> int:
         """A new thread, or one whose context is gone: the least expected time to its first
         token, plus the share of its context the replica's live working set would push out."""
         n = len(replicas)
@@ -135,10 +142,11 @@ class AgentRouter(Router):
             spread_s = anchor * bs / speed
         ctx = request.prompt_tokens + request.output_tokens
         tenant, chain = request.tenant, request.hash_ids
+        credit = bs / cached_speed + (self.copy_cost - 1.0) * bs / speed
         best, best_cost = order[0], math.inf
         for i in order:
             v = replicas[i]
-            cost = wait[i] - self.copy_cost * v.cached_blocks(tenant, chain) * bs / speed
+            cost = wait[i] - v.cached_blocks(tenant, chain) * credit
             if in_group is not None and i not in in_group:
                 cost += spread_s
             if self.future:

@@ -8,9 +8,11 @@ oracle (`cluster.bounds`): clairvoyant eviction on every replica, on the placeme
 made in the run with the most hits (`config.oracle_reference`; an LRU run when `oracle` is the
 only policy): a bound on eviction for that placement, not on routing. `belady` and
 `infinite` ignore memory and timing; they are one-replica constructs and are refused here.
+`--transfer-gbps G`: replicas copy cached prefixes from each other's GPUs over a link of G GB/s
+(`cluster.transfer`); the oracle does not model it and is refused with it.
 
 The `--json` document has the shape of a one-replica bench document (`docs/output.md`), with
-`config.replicas` and `config.router`, and in each policy's result the cluster's own figures:
+`config.replicas`, `config.router` and `config.transfer_gbps`, and in each policy's result the cluster's own figures:
 `n_replicas`, `imbalance` (max / mean busy time over replicas), `router_state` and per-replica
 `replicas` rows.
 """
@@ -27,12 +29,23 @@ from agentrt.errors import AgentrtError
 from agentrt.policies.registry import BOUNDS, SIM_BOUNDS
 
 
-def check_cluster_run(policies: list[str], replicas: int, router: str | None, cli: bool = True) -> None:
+def check_cluster_run(policies: list[str], replicas: int, router: str | None, cli: bool = True,
+                      transfer_gbps: float | None = None) -> None:
     """Refuse what a cluster run cannot do, before any work."""
     from agentrt.cluster.registry import check_router
     flag = "--replicas" if cli else "replicas"
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise AgentrtError(f"{flag} must be an integer >= 1, got {replicas!r}")
+    if transfer_gbps is not None:
+        tflag = "--transfer-gbps" if cli else "transfer_gbps"
+        if isinstance(transfer_gbps, bool) or not isinstance(transfer_gbps, (int, float)) \
+                or not 0 < transfer_gbps < float("inf"):
+            raise AgentrtError(f"{tflag} must be a number > 0 (GB/s), got {transfer_gbps!r}")
+        if replicas < 2:
+            raise AgentrtError(f"{tflag} needs {flag} 2 or more (a replica copies KV from its peers)")
+        if any(p in SIM_BOUNDS for p in policies):
+            raise AgentrtError(f"the cluster oracle does not model peer transfer: drop 'oracle' "
+                               f"from the policies or {tflag}")
     if router is not None:
         check_router(router)
     if replicas > 1:
@@ -43,11 +56,12 @@ def check_cluster_run(policies: list[str], replicas: int, router: str | None, cl
 
 
 def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptions, replicas: int,
-                      router: str, progress: ProgressFactory | None = None) -> dict:
+                      router: str, progress: ProgressFactory | None = None,
+                      transfer_gbps: float | None = None) -> dict:
     from agentrt.bench.output import SCHEMA_VERSION
     from agentrt.cluster.run import run_cluster
     opts.validate(policies)
-    check_cluster_run(policies, replicas, router)
+    check_cluster_run(policies, replicas, router, transfer_gbps=transfer_gbps)
     split = plan_split(source, policies, opts)
     cfg = engine_config(opts, source.header.block_size)
     conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
@@ -59,7 +73,8 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
         runs[name] = run_cluster(source.eval_calls(), replicas, router, cfg, concurrency=conc,
                                  time_scale=opts.time_scale, seed=opts.seed, tool_hints=make_tool_hints(opts),
                                  policy_factory=lambda name=name: make_trained_policy(name, source, opts),
-                                 scheduler_factory=lambda: make_bench_scheduler(opts), record_order=want_oracle)
+                                 scheduler_factory=lambda: make_bench_scheduler(opts), record_order=want_oracle,
+                                 transfer_gbps=transfer_gbps)
         if cb is not None:
             cb(1)
     results = {name: cm.summary() for name, cm in runs.items() if name in policies}
@@ -82,7 +97,7 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
     config.update(block_size=source.header.block_size, gpu_blocks=cfg.gpu_blocks,
                   block_bytes=cfg.block_bytes, concurrency=conc, bounds_stream=None,
                   oracle_passes=oracle_passes, oracle_reference=oracle_ref, train=split,
-                  replicas=replicas, router=router)
+                  replicas=replicas, router=router, transfer_gbps=transfer_gbps)
     return {"schema_version": SCHEMA_VERSION, "trace": source.label, "calls": first.total.calls,
             "workflows": first.total.workflows, "config": config, "results": results,
             "lru_reference": None}

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from agentrt.cache.block import GPU
+from agentrt.cluster.transfer import resident_depth
 from agentrt.engine.replay import WorkflowReplay
 from agentrt.engine.request import LOADING, PREFILL
 from agentrt.runtime import events as ev
@@ -92,17 +92,7 @@ class SimReplicaView:
         self._load = None
 
     def cached_blocks(self, tenant: str, hash_ids: Sequence[int]) -> int:
-        node = self.cache.roots.get(tenant)
-        if node is None:
-            return 0
-        n = 0
-        for h in hash_ids:
-            child = node.children.get(h)
-            if child is None or child.tier != GPU:
-                break
-            node = child
-            n += 1
-        return n
+        return resident_depth(self.cache, tenant, hash_ids, len(hash_ids))
 
     def _loads(self) -> tuple[int, int, int]:
         ld = self._load

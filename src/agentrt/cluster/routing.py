@@ -95,6 +95,7 @@ class ClusterHints:
     block_size: int
     prefill_tokens_per_s: float = 20_000.0   # one replica's prefill speed, for cost models
     decode_s_per_token: float = 0.02          # one decode step's time, for cost models
+    transfer_tokens_per_s: float = 0.0        # peer KV transfer speed (0: replicas cannot copy KV)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0:

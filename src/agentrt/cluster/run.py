@@ -14,6 +14,7 @@ from agentrt.cluster.metrics import ClusterMetrics, cluster_metrics
 from agentrt.cluster.registry import make_router
 from agentrt.cluster.routing import Router
 from agentrt.cluster.sim import ClusterSimulator
+from agentrt.cluster.transfer import PeerTransfer
 from agentrt.engine.simulator import EngineConfig
 from agentrt.engine.tool_hints import ToolHints
 from agentrt.runtime.policy import Policy
@@ -28,7 +29,7 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
                 policy_factory: Callable[[], Policy] | None = None,
                 scheduler_factory: Callable[[], Scheduler] | None = None,
                 time_routes: bool = False, tool_hints: ToolHints | None = None,
-                record_order: bool = False) -> ClusterMetrics:
+                record_order: bool = False, transfer_gbps: float | None = None) -> ClusterMetrics:
     """Replay `calls` (consumed once, in file order) on `n_replicas` replicas behind `router`.
 
     `router`: a name (`agentrt routers`) built with `router_options` and `seed`, or a `Router`.
@@ -38,6 +39,8 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
     the wall time of every `route` call (`ClusterMetrics.route_s`). `tool_hints`: the framework
     announces its tool times (`engine.tool_hints`). `record_order`: the metrics keep the run's
     placement and each replica's admission order (the cluster oracle's reference, `bounds.py`).
+    `transfer_gbps`: replicas copy cached prefixes from each other over a link of that many GB/s
+    (`cluster.transfer`); None: independent caches.
     """
     if isinstance(router, str):
         router = make_router(router, seed=seed, **(router_options or {}))
@@ -55,7 +58,8 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
             return make_scheduler(scheduler, seed=seed, **sopts)
     sim = ClusterSimulator(config, n_replicas, router, iter(calls), policy_factory, scheduler_factory,
                            concurrency=concurrency, time_scale=time_scale, time_routes=time_routes,
-                           tool_hints=tool_hints, record_order=record_order)
+                           tool_hints=tool_hints, record_order=record_order,
+                           transfer=PeerTransfer(transfer_gbps) if transfer_gbps is not None else None)
     sim.run()
     return cluster_metrics(sim)
 

@@ -18,6 +18,8 @@ Model
   arrival, as in the single-replica model.
 - A workflow's end is told to every replica that served one of its calls (their runtimes drop it).
 - With one replica this is exactly the single-replica simulator (tests check it).
+- Optional peer transfer (`transfer.py`): a replica receives cached blocks from another's GPU
+  instead of computing them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Callable, Iterator
 from agentrt.cluster.replica import Feed, SimReplicaView
 from agentrt.engine.tool_hints import ToolHints
 from agentrt.cluster.routing import ClusterHints, RouteRequest, Router
+from agentrt.cluster.transfer import PeerTransfer, peer_lookup
 from agentrt.engine.costs import CostModel
 from agentrt.engine.replay import WorkflowReplay
 from agentrt.engine.simulator import BLOCKED, PARKED, RAN, EngineConfig, Simulator
@@ -38,13 +41,15 @@ from agentrt.sched.base import Scheduler
 from agentrt.trace.schema import Call
 
 
-def cluster_hints(config: EngineConfig) -> ClusterHints:
-    """Prefill speed and decode step time of one replica, from the engine's cost model."""
+def cluster_hints(config: EngineConfig, transfer: PeerTransfer | None = None) -> ClusterHints:
+    """Prefill speed, decode step time and peer transfer speed of one replica, from the engine's
+    cost model and the cluster's link."""
     cost = CostModel(config.preset)
     n = min(config.max_batch_tokens, 4096)
     prefill_s = cost.iteration(n, n * (n + 1) / 2.0, float(n))
     return ClusterHints(block_size=config.block_size, prefill_tokens_per_s=n / prefill_s,
-                        decode_s_per_token=cost.iteration(1, 2048.0, 2048.0))
+                        decode_s_per_token=cost.iteration(1, 2048.0, 2048.0),
+                        transfer_tokens_per_s=transfer.tokens_per_s(cost.kv_bytes_per_token) if transfer else 0.0)
 
 
 class ClusterSimulator:
@@ -53,9 +58,10 @@ class ClusterSimulator:
                  make_scheduler: Callable[[], Scheduler] | None = None,
                  concurrency: int | None = None, time_scale: float = 1.0,
                  time_routes: bool = False, tool_hints: ToolHints | None = None,
-                 record_order: bool = False) -> None:
+                 record_order: bool = False, transfer: PeerTransfer | None = None) -> None:
         """`record_order`: keep where each call was routed (`placement`) and each replica's
-        admission order (`Simulator.admitted`): the cluster oracle's reference (`bounds.py`)."""
+        admission order (`Simulator.admitted`): the cluster oracle's reference (`bounds.py`).
+        `transfer`: replicas copy cached prefixes from each other (`transfer.py`); None: they do not."""
         if n_replicas < 1:
             raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
         self.config = config
@@ -74,8 +80,14 @@ class ClusterSimulator:
             self.feeds.append(feed)
             self.sims.append(sim)
             self.views.append(SimReplicaView(sim, feed))
+        if transfer is not None:
+            caches = [s.cache for s in self.sims]
+            for i, sim in enumerate(self.sims):
+                sim.peers = peer_lookup(caches, i)
+                sim.net_bytes_s = transfer.bytes_s
+        self.transfer = transfer
         self.bs = config.block_size
-        router.bind(cluster_hints(config))
+        router.bind(cluster_hints(config, transfer))
         self.due: list[float | None] = [None] * n_replicas
         self.blocked: set[int] = set()
         self.routed = [0] * n_replicas           # calls routed to each replica

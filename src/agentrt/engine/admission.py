@@ -10,6 +10,9 @@ a request that has waited more than the scheduler's `max_wait_s`.
 Admission locks the cached prefix and reserves what the prefill needs (`RadixKVCache.acquire`);
 a request admitted again after a preemption prefills its prompt plus what it had generated and
 is counted only as recomputation (see `lifecycle.py`).
+In a cluster with peer transfer (`cluster.transfer`), the blocks after the local hits that
+another replica holds on its GPU are received over the network instead of computed: they are
+reserved like blocks to compute and enter the tree when the prefill completes.
 """
 
 from __future__ import annotations
@@ -92,6 +95,25 @@ class Admission:
         gpu, host = self.cache.match(r.info.tenant, r.hash_ids, r.n_full)
         return r.n_full - gpu + r.extra_blocks <= self.cache.free
 
+    def _fetch_from_peers(self: "Simulator", r: Request, lease, local: int, now: float) -> int:
+        """Blocks after the local hits that a peer replica holds on its GPU: they are copied over
+        the replica's network link (one transfer at a time, after any earlier one) instead of
+        computed; the request loads until they are in. Returns the blocks fetched."""
+        n = self.peers(r.info.tenant, r.hash_ids, local, r.n_full)
+        if n <= 0:
+            return 0
+        lease.remote_hit = n
+        nbytes = n * self.config.block_bytes
+        start = now if now > self._net_free else self._net_free
+        self._net_free = start + nbytes / self.net_bytes_s
+        ready = self._net_free
+        if r.state == LOADING and r.ready_at > ready:     # a host-tier load that ends later
+            ready = r.ready_at
+        r.ready_at = ready
+        r.state = LOADING
+        self.metrics.net_bytes += nbytes
+        return n
+
     def _admit(self: "Simulator") -> None:
         cache = self.cache
         sched = self.sched
@@ -137,22 +159,25 @@ class Admission:
             r.lease = lease
             if self._view is not None:
                 self._view.forget(info.rid)
-            gpu_tok = host_tok = 0
+            gpu_tok = host_tok = remote_tok = 0
             if lease is not None:
                 cap = r.prompt_len - 1
+                local = lease.gpu_hit + lease.host_hit
                 gpu_tok = min(lease.gpu_hit * bs, cap)
-                host_tok = min((lease.gpu_hit + lease.host_hit) * bs, cap) - gpu_tok
+                host_tok = min(local * bs, cap) - gpu_tok
+                r.state = PREFILL
                 if lease.host_hit:
                     start = max(now, self._pcie_free)
                     self._pcie_free = start + self.cost.pcie_seconds(lease.host_hit * self.config.block_bytes)
                     r.ready_at = self._pcie_free
                     r.state = LOADING
-                else:
-                    r.state = PREFILL
+                if self.peers is not None and local < r.n_full:
+                    remote_tok = self._fetch_from_peers(r, lease, local, now) * bs
+                    remote_tok = min(local * bs + remote_tok, cap) - gpu_tok - host_tok
                 if self._inflight and lease.gpu_hit:
                     self._wait_for_prefetch(r, lease, now)
                 m.block_touches += lease.gpu_hit + lease.host_hit
-            r.hit_tokens = gpu_tok + host_tok
+            r.hit_tokens = gpu_tok + host_tok + remote_tok
             r.context = r.hit_tokens
             r.prefill_left = r.prompt_len - r.hit_tokens
             if resumed:
@@ -170,6 +195,7 @@ class Admission:
                 m.prompt_tokens += info.input_length
                 m.gpu_hit_tokens += gpu_tok
                 m.host_hit_tokens += host_tok
+                m.remote_hit_tokens += remote_tok
                 m.prefill_tokens += r.prefill_left
                 m.queue_wait.append(now - r.arrival)
                 ts = m.tenant(info.tenant)

@@ -67,6 +67,7 @@ class Metrics:
     prompt_tokens: int = 0
     gpu_hit_tokens: int = 0
     host_hit_tokens: int = 0
+    remote_hit_tokens: int = 0      # fetched from a peer replica's GPU (cluster with peer transfer)
     prefill_tokens: int = 0
     output_tokens: int = 0
     warmup_calls: int = 0
@@ -77,6 +78,7 @@ class Metrics:
     evictions: int = 0
     h2d_bytes: int = 0
     d2h_bytes: int = 0
+    net_bytes: int = 0              # KV bytes received from peer replicas
     prefetch_blocks: int = 0
     preemptions: int = 0
     recompute_tokens: int = 0
@@ -107,6 +109,7 @@ class Metrics:
         return {
             "hit_rate": self.gpu_hit_tokens / pt,
             "host_hit_rate": self.host_hit_tokens / pt,
+            "remote_hit_rate": self.remote_hit_tokens / pt,
             "prefill_tokens": self.prefill_tokens,
             **latency_stats(self.ttft, "ttft", 0.0),
             **latency_stats(self.tpot, "tpot"),
@@ -121,6 +124,7 @@ class Metrics:
             "pcie_bytes": self.h2d_bytes + self.d2h_bytes,
             "pcie_h2d_bytes": self.h2d_bytes,
             "pcie_d2h_bytes": self.d2h_bytes,
+            "net_bytes": self.net_bytes,
             "evictions": self.evictions,
             "prefetch_blocks": self.prefetch_blocks,
             "preemptions": self.preemptions,

@@ -73,6 +73,11 @@ class Preemption:
                 for _ in range(lease.host_hit):
                     self._inflight[b] = r.ready_at
                     b = b.parent
+            if r.state == LOADING and r.ready_at > now and lease.remote_hit:
+                # blocks still on their way from a peer never arrived: keep only the local hits
+                local = (lease.gpu_hit + lease.host_hit) * bs
+                if r.context > local:
+                    r.context = local
             cache.commit_prompt(lease, now, r.context // bs)
             node = lease.node
         if self.runtime.tags:

@@ -121,6 +121,11 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
         self._wake_at: float | None = None   # when a call held back by the scheduler ages
         self._preempted = False          # a request was preempted in this iteration
         self._pcie_free = 0.0
+        # peer transfer (a cluster sets these): peers(tenant, hash_ids, start, n_full) -> blocks
+        # after `start` that another replica holds on its GPU; received at net_bytes_s
+        self.peers: Callable[[str, list[int], int, int], int] | None = None
+        self.net_bytes_s = 0.0
+        self._net_free = 0.0
         self._rid = 0
         self._events = self.runtime.wants_events or self.sched.wants_events
         self._observe = self._observer()

@@ -1,0 +1,148 @@
+"""Peer KV transfer across replicas: how much of the pooled-memory reference it recovers, per router.
+
+    python benchmarks/router_transfer.py                   # 4 and 8 replicas, five workloads (~15 min as two processes)
+    python benchmarks/router_transfer.py --docs            # also write the table into docs/routers.md
+    python benchmarks/router_transfer.py --docs-only JSON  # rebuild that table from a JSON
+
+Same settings as `benchmarks/routers.py --part bounds` (its `config`, `WORKFLOWS`, `CONC`: Llama-3.1-8B
+on H100, 6,430 blocks of 16 tokens per replica, 16 workflows in flight per replica, FCFS, seed
+0), and the same traces. Per workload and replica count: `prefix`, `agent` and `least-loaded`
+under LRU, without and with peer transfer (`agentrt.cluster.transfer`, `GBPS` GB/s received per
+replica: a 400 Gb/s RDMA NIC per GPU at half its line rate), and PBKV-TA (predictor trained on a
+seed-1 trace, as in the bounds part) behind `prefix` and `agent` with transfer. The pooled-memory
+reference (one engine with N x a replica's compute and memory, LRU and the oracle) is read from
+docs/results/router_bounds.json when that file was built on the same settings.
+
+Reported: prefill saved = 1 - computed prompt tokens / prompt tokens (GPU, host and peer hits
+together: what transfer changes is where a hit comes from), its peer share, and TTFT p99.
+Writes docs/results/router_transfer.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from routers import CONC, GPU_TOKENS, PRESET, REPO, WORKFLOWS, config, trace, trained, write_between
+
+from agentrt.cluster.run import run_cluster
+from agentrt.policies.registry import make_policy
+
+GBPS = 25.0
+ROUTERS = ["prefix", "agent", "least-loaded"]
+LEARNED = "pbkv-ta"
+START, END = "<!-- router-transfer:start -->", "<!-- router-transfer:end -->"
+
+
+def figures(cm) -> dict:
+    s = cm.summary()
+    return {"saved": 1.0 - s["prefill_tokens"] / (s["prompt_tokens"] or 1), "hit_rate": s["hit_rate"],
+            "remote_hit_rate": s["remote_hit_rate"], "ttft_p50_s": s["ttft_p50_s"],
+            "ttft_p99_s": s["ttft_p99_s"], "e2e_p50_s": s["e2e_p50_s"], "imbalance": s["imbalance"],
+            "net_bytes": s["net_bytes"]}
+
+
+def run_one(name: str, n: int, routers: list[str]) -> dict:
+    calls, bs = trace(name, n)
+    cfg = config(bs)
+    out = {"workload": name, "replicas": n, "calls": len(calls), "runs": {}}
+    for r in routers:
+        for gbps in (None, GBPS):
+            cm = run_cluster(iter(calls), n, r, cfg, concurrency=CONC * n, seed=0, transfer_gbps=gbps,
+                             policy_factory=lambda: make_policy("lru"))
+            out["runs"][f"{r} lru" + (" +T" if gbps else "")] = figures(cm)
+    learn = None
+    for r in routers:
+        if r == "least-loaded":
+            continue
+        learn = learn or trained(LEARNED, name, n, WORKFLOWS[name], bs)
+        cm = run_cluster(iter(calls), n, r, cfg, concurrency=CONC * n, seed=0, transfer_gbps=GBPS,
+                         policy_factory=learn)
+        out["runs"][f"{r} {LEARNED} +T"] = figures(cm)
+    print(f"  {name} N={n} " + "  ".join(f"{k} {v['saved']:.1%}" for k, v in out["runs"].items()), flush=True)
+    return out
+
+
+def add_pooled(doc: dict, bounds_path: Path) -> None:
+    """Pooled LRU and oracle hit rates from the bounds JSON, when its settings match."""
+    if not bounds_path.exists():
+        return
+    b = json.loads(bounds_path.read_text())
+    s = b.get("settings", {})
+    if s.get("preset") != PRESET or s.get("gpu_tokens_per_replica") != GPU_TOKENS \
+            or s.get("conc_per_replica") != CONC:
+        return
+    pooled = {(r["workload"], r["replicas"]): r["pooled"] for r in b.get("runs", []) if "pooled" in r}
+    for run in doc["runs"]:
+        p = pooled.get((run["workload"], run["replicas"]))
+        if p is not None and WORKFLOWS.get(run["workload"]) == s["workflows_per_replica"].get(run["workload"]):
+            run["pooled"] = {k: p[k]["hit_rate"] for k in ("lru", "oracle")}
+
+
+def markdown(doc: dict) -> str:
+    keys = list(doc["runs"][0]["runs"]) if doc["runs"] else []
+    pooled = all("pooled" in r for r in doc["runs"])
+    head = ["workload", "N", *keys] + (["pooled: lru", "pooled: oracle"] if pooled else []) \
+        + ["best +T / prefix lru", "TTFT p99 s: prefix lru / best +T"]
+    lines = [f"Built by `{doc['settings']['command']}` (docs/results/router_transfer.json, "
+             f"{doc['seconds']:.0f} s). Prefill saved % (GPU + peer hits; peer share in brackets); "
+             f"+T: peer transfer at {doc['settings']['gbps']:g} GB/s; pooled: one engine with N x a "
+             "replica's compute and memory, GPU hit % (from docs/results/router_bounds.json).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in doc["runs"]:
+        res = run["runs"]
+        cells = [run["workload"], str(run["replicas"])]
+        for k in keys:
+            v = res[k]
+            cells.append(f"{100 * v['saved']:.1f}" + (f" ({100 * v['remote_hit_rate']:.1f})" if k.endswith("+T") else ""))
+        if pooled:
+            cells += [f"{100 * run['pooled'][k]:.1f}" for k in ("lru", "oracle")]
+        best = max((k for k in keys if k.endswith("+T")), key=lambda k: res[k]["saved"])
+        base = res["prefix lru"]
+        cells.append(f"{res[best]['saved'] / base['saved']:.2f} ({best[:-3]})")
+        cells.append(f"{base['ttft_p99_s']:.2f} / {res[best]['ttft_p99_s']:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_docs(doc: dict, path: Path) -> None:
+    write_between(path, START, END, markdown(doc))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replicas", default="4,8", help="comma-separated replica counts")
+    ap.add_argument("--workloads", default=",".join(WORKFLOWS))
+    ap.add_argument("--out", default=None, help="JSON output (default docs/results/router_transfer.json)")
+    ap.add_argument("--docs", action="store_true", help="write the table into docs/routers.md")
+    ap.add_argument("--docs-only", default=None, metavar="JSON", help="rebuild the docs table from this JSON and exit")
+    a = ap.parse_args()
+    docs = REPO / "docs" / "routers.md"
+    if a.docs_only:
+        return write_docs(json.loads(Path(a.docs_only).read_text()), docs)
+    unknown = [w for w in a.workloads.split(",") if w not in WORKFLOWS]
+    if unknown:
+        ap.error(f"unknown workloads {unknown}; choose from {', '.join(WORKFLOWS)}")
+    t0 = time.time()
+    doc = {"settings": {"preset": PRESET, "gpu_tokens_per_replica": GPU_TOKENS, "conc_per_replica": CONC,
+                        "workflows_per_replica": dict(WORKFLOWS), "gbps": GBPS, "scheduler": "fcfs",
+                        "command": "python benchmarks/router_transfer.py"}, "runs": []}
+    for wl in a.workloads.split(","):
+        for n in (int(x) for x in a.replicas.split(",")):
+            doc["runs"].append(run_one(wl, n, ROUTERS))
+    doc["seconds"] = time.time() - t0
+    add_pooled(doc, REPO / "docs" / "results" / "router_bounds.json")
+    out = Path(a.out or REPO / "docs" / "results" / "router_transfer.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out} ({doc['seconds']:.0f} s)")
+    print(markdown(doc))
+    if a.docs:
+        write_docs(doc, docs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
