@@ -11,7 +11,10 @@ under LRU, without and with peer transfer (`agentrt.cluster.transfer`, `GBPS` GB
 replica: a 400 Gb/s RDMA NIC per GPU at half its line rate), and PBKV-TA (predictor trained on a
 seed-1 trace, as in the bounds part) behind `prefix` and `agent` with transfer. The pooled-memory
 reference (one engine with N x a replica's compute and memory, LRU and the oracle) is read from
-docs/results/router_bounds.json when that file was built on the same settings.
+docs/results/router_bounds.json when that file was built on the same settings. Mooncake's
+conversation trace (read in place from ../shared/traces, skipped if absent) is replayed as
+routers.py replays it (the first 300 x N requests at timestamps x 4/N, the preset's full memory),
+LRU rows only: it has no workflows for PBKV-TA to learn from.
 
 Reported: prefill saved = 1 - computed prompt tokens / prompt tokens (GPU, host and peer hits
 together: what transfer changes is where a hit comes from), its peer share, and TTFT p99.
@@ -21,15 +24,18 @@ Writes docs/results/router_transfer.json.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
 from pathlib import Path
 
-from routers import CONC, GPU_TOKENS, PRESET, REPO, WORKFLOWS, config, trace, trained, write_between
+from routers import (CONC, GPU_TOKENS, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH, PRESET,
+                     REPO, WORKFLOWS, config, trace, trained, write_between)
 
 from agentrt.cluster.run import run_cluster
 from agentrt.policies.registry import make_policy
+from agentrt.trace.reader import TraceReader
 
 GBPS = 25.0
 ROUTERS = ["prefix", "agent", "least-loaded"]
@@ -45,15 +51,36 @@ def figures(cm) -> dict:
             "net_bytes": s["net_bytes"]}
 
 
+def lru_rows(out: dict, calls: list, n: int, routers: list[str], cfg, **replay) -> None:
+    for r in routers:
+        for gbps in (None, GBPS):
+            cm = run_cluster(iter(calls), n, r, cfg, seed=0, transfer_gbps=gbps,
+                             policy_factory=lambda: make_policy("lru"), **replay)
+            out["runs"][f"{r} lru" + (" +T" if gbps else "")] = figures(cm)
+
+
+def run_mooncake(n: int, routers: list[str]) -> dict | None:
+    """Mooncake's conversation trace as routers.py replays it (no identity, one call per request):
+    LRU rows only (PBKV-TA's predictor learns from workflows, which this trace does not have)."""
+    if not MOONCAKE.exists():
+        print(f"skipping Mooncake: {MOONCAKE} not found", flush=True)
+        return None
+    reader = TraceReader(MOONCAKE)
+    calls = list(itertools.islice(iter(reader), MOONCAKE_PER * n))
+    out = {"workload": "mooncake", "replicas": n, "calls": len(calls), "runs": {}}
+    lru_rows(out, calls, n, routers, config(reader.header.block_size, MOONCAKE_GPU_TOKENS),
+             time_scale=MOONCAKE_STRETCH / n)
+    print(f"  mooncake N={n} " + "  ".join(f"{k} {v['saved']:.1%}" for k, v in out["runs"].items()), flush=True)
+    return out
+
+
 def run_one(name: str, n: int, routers: list[str]) -> dict:
+    if name == "mooncake":
+        return run_mooncake(n, routers)
     calls, bs = trace(name, n)
     cfg = config(bs)
     out = {"workload": name, "replicas": n, "calls": len(calls), "runs": {}}
-    for r in routers:
-        for gbps in (None, GBPS):
-            cm = run_cluster(iter(calls), n, r, cfg, concurrency=CONC * n, seed=0, transfer_gbps=gbps,
-                             policy_factory=lambda: make_policy("lru"))
-            out["runs"][f"{r} lru" + (" +T" if gbps else "")] = figures(cm)
+    lru_rows(out, calls, n, routers, cfg, concurrency=CONC * n)
     learn = None
     for r in routers:
         if r == "least-loaded":
@@ -83,8 +110,8 @@ def add_pooled(doc: dict, bounds_path: Path) -> None:
 
 
 def markdown(doc: dict) -> str:
-    keys = list(doc["runs"][0]["runs"]) if doc["runs"] else []
-    pooled = all("pooled" in r for r in doc["runs"])
+    keys = max((list(r["runs"]) for r in doc["runs"]), key=len, default=[])
+    pooled = any("pooled" in r for r in doc["runs"])
     head = ["workload", "N", *keys] + (["pooled: lru", "pooled: oracle"] if pooled else []) \
         + ["best +T / prefix lru", "TTFT p99 s: prefix lru / best +T"]
     lines = [f"Built by `{doc['settings']['command']}` (docs/results/router_transfer.json, "
@@ -96,11 +123,14 @@ def markdown(doc: dict) -> str:
         res = run["runs"]
         cells = [run["workload"], str(run["replicas"])]
         for k in keys:
-            v = res[k]
+            v = res.get(k)
+            if v is None:
+                cells.append("-")
+                continue
             cells.append(f"{100 * v['saved']:.1f}" + (f" ({100 * v['remote_hit_rate']:.1f})" if k.endswith("+T") else ""))
         if pooled:
-            cells += [f"{100 * run['pooled'][k]:.1f}" for k in ("lru", "oracle")]
-        best = max((k for k in keys if k.endswith("+T")), key=lambda k: res[k]["saved"])
+            cells += [f"{100 * run['pooled'][k]:.1f}" if "pooled" in run else "-" for k in ("lru", "oracle")]
+        best = max((k for k in res if k.endswith("+T")), key=lambda k: res[k]["saved"])
         base = res["prefix lru"]
         cells.append(f"{res[best]['saved'] / base['saved']:.2f} ({best[:-3]})")
         cells.append(f"{base['ttft_p99_s']:.2f} / {res[best]['ttft_p99_s']:.2f}")
@@ -115,7 +145,7 @@ def write_docs(doc: dict, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", default="4,8", help="comma-separated replica counts")
-    ap.add_argument("--workloads", default=",".join(WORKFLOWS))
+    ap.add_argument("--workloads", default=",".join([*WORKFLOWS, "mooncake"]))
     ap.add_argument("--out", default=None, help="JSON output (default docs/results/router_transfer.json)")
     ap.add_argument("--docs", action="store_true", help="write the table into docs/routers.md")
     ap.add_argument("--docs-only", default=None, metavar="JSON", help="rebuild the docs table from this JSON and exit")
@@ -123,16 +153,19 @@ def main() -> None:
     docs = REPO / "docs" / "routers.md"
     if a.docs_only:
         return write_docs(json.loads(Path(a.docs_only).read_text()), docs)
-    unknown = [w for w in a.workloads.split(",") if w not in WORKFLOWS]
+    unknown = [w for w in a.workloads.split(",") if w not in WORKFLOWS and w != "mooncake"]
     if unknown:
-        ap.error(f"unknown workloads {unknown}; choose from {', '.join(WORKFLOWS)}")
+        ap.error(f"unknown workloads {unknown}; choose from {', '.join(WORKFLOWS)}, mooncake")
     t0 = time.time()
     doc = {"settings": {"preset": PRESET, "gpu_tokens_per_replica": GPU_TOKENS, "conc_per_replica": CONC,
                         "workflows_per_replica": dict(WORKFLOWS), "gbps": GBPS, "scheduler": "fcfs",
                         "command": "python benchmarks/router_transfer.py"}, "runs": []}
     for wl in a.workloads.split(","):
         for n in (int(x) for x in a.replicas.split(",")):
-            doc["runs"].append(run_one(wl, n, ROUTERS))
+            got = run_one(wl, n, ROUTERS)
+            if got is None:
+                break
+            doc["runs"].append(got)
     doc["seconds"] = time.time() - t0
     add_pooled(doc, REPO / "docs" / "results" / "router_bounds.json")
     out = Path(a.out or REPO / "docs" / "results" / "router_transfer.json")

@@ -13,8 +13,6 @@ As in vLLM V1 under FCFS scheduling:
   for the transfer. It goes back to the front of the waiting queue and, on re-admission,
   prefills its prompt plus the tokens it had generated, with prefix hits on whatever survived
   (`Request.requeue`).
-- Decode-only stretches that are fast-forwarded take the blocks they will cross into at their
-  start, evicting as needed, and stop before the first step that would need a preemption.
 """
 
 from __future__ import annotations
@@ -93,31 +91,3 @@ class Preemption:
         self._admit_blocked = False
         if not r.info.warmup:
             self.metrics.preemptions += 1
-
-    def _ff_blocks(self: "Simulator", decode: list[Request], steps: int) -> tuple[list, int]:
-        """The blocks `steps` fast-forwarded steps cross into: [(lease, n)], total. Step s runs at
-        context c + s, and step 0's block was taken before the iteration."""
-        bs = self.config.block_size
-        wants = []
-        total = 0
-        for r in decode:
-            lease = r.lease
-            if lease is not None:
-                c = r.context
-                n = (c + steps - 1) // bs - c // bs
-                if n:
-                    wants.append((lease, n))
-                    total += n
-        return wants, total
-
-    def _ff_fit(self: "Simulator", decode: list[Request], steps: int) -> int:
-        """The most steps (< `steps`, which does not fit) whose blocks fit in free + evictable."""
-        avail = self.cache.free + self.cache.evictable
-        lo, hi = 1, steps           # 1 step needs no block; `steps` needs more than `avail`
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self._ff_blocks(decode, mid)[1] <= avail:
-                lo = mid
-            else:
-                hi = mid
-        return lo

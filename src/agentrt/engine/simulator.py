@@ -24,7 +24,8 @@ Model (vLLM V1 / SGLang style)
 - A request that cannot fit in the whole GPU pool (prompt and output) is served without the
   cache (`oversize_calls`).
 Arrival, admission, prefill completion and finish are in `lifecycle.py`, runtime actions in
-`actions.py`, block growth and preemption in `preemption.py`.
+`actions.py`, block growth and preemption in `preemption.py`, decode fast-forward in
+`fast_forward.py`.
 The replay (`replay.py`) decides when calls arrive; the policy decides eviction order and may
 issue actions (`act`) between iterations. `run` loops over `step` (one iteration, or a report that
 the replica is idle or parked until a known time); a cluster (`agentrt.cluster`) steps several
@@ -42,6 +43,7 @@ from agentrt.cache.radix import RadixKVCache
 from agentrt.engine.actions import RuntimeActions
 from agentrt.engine.admission import Admission, CacheQueueView
 from agentrt.engine.costs import CostModel
+from agentrt.engine.fast_forward import FastForward
 from agentrt.engine.lifecycle import RequestLifecycle
 from agentrt.engine.metrics import Metrics
 from agentrt.engine.preemption import Preemption
@@ -82,7 +84,7 @@ class EngineConfig:
         return self.preset.model.kv_bytes_per_token * self.block_size
 
 
-class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
+class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption, FastForward):
     def __init__(self, config: EngineConfig, policy: Policy | AgentRuntime, calls: Iterator[Call],
                  concurrency: int | None = None, record_stream: bool = False,
                  time_scale: float = 1.0,
@@ -298,51 +300,3 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption):
             now = self.now
             pre.sort(key=lambda r: rank(r.info, r.arrival, r.prefill_left, now))
         return pre
-
-    def _fast_forward(self, decode: list[Request], ctx: int, steps_max: int,
-                      loading_until: float | None) -> bool:
-        """Run up to `steps_max` decode-only iterations that change no request's state, taking the
-        blocks they cross into at the start; stop before a step that would have to preempt."""
-        limit = self.replay.next_arrival()
-        if self.horizon is not None and (limit is None or self.horizon < limit):
-            limit = self.horizon
-        if loading_until is not None and (limit is None or loading_until < limit):
-            limit = loading_until
-        if limit is None:
-            limit = float("inf")
-        b = len(decode)
-        bs = self.config.block_size
-        it = self.cost.iteration
-        ctx0 = ctx
-        while True:
-            t = self.now
-            ctx = ctx0
-            steps = 0
-            while steps < steps_max and t < limit:
-                t += it(b, ctx, ctx)
-                ctx += b
-                steps += 1
-            if steps == 0:
-                return False
-            wants = []
-            total = 0
-            for r in decode:
-                c = r.context
-                r.context = c + steps
-                r.output_left -= steps
-                if r.lease is not None:
-                    n = (c + steps - 1) // bs - c // bs     # see Preemption._ff_blocks
-                    if n:
-                        wants.append((r.lease, n))
-                        total += n
-            if not total or self.cache.grow_all(wants, total):
-                break
-            for r in decode:                 # rare: the pool runs out within the stretch
-                r.context -= steps
-                r.output_left += steps
-            steps_max = self._ff_fit(decode, steps)
-        self._last_decode_only = True
-        self._last_iter_s = t - self.now
-        self.busy_s += t - self.now
-        self.now = t
-        return True
