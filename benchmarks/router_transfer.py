@@ -159,6 +159,8 @@ def main() -> None:
     t0 = time.time()
     doc = {"settings": {"preset": PRESET, "gpu_tokens_per_replica": GPU_TOKENS, "conc_per_replica": CONC,
                         "workflows_per_replica": dict(WORKFLOWS), "gbps": GBPS, "scheduler": "fcfs",
+                        "mooncake_per_replica": MOONCAKE_PER, "mooncake_gpu_tokens_per_replica": MOONCAKE_GPU_TOKENS,
+                        "mooncake_time_scale": f"{MOONCAKE_STRETCH:g}/N",
                         "command": "python benchmarks/router_transfer.py"}, "runs": []}
     for wl in a.workloads.split(","):
         for n in (int(x) for x in a.replicas.split(",")):
