@@ -221,3 +221,23 @@ def test_the_transfer_benchmark_renders_its_table_and_reads_the_pooled_reference
     page.write_text(f"a\n{mod.START}\nold\n{mod.END}\nb\n")
     mod.write_docs(doc, page)
     assert "old" not in page.read_text() and "| gaia | 4 |" in page.read_text()
+
+
+def test_schedulers_count_a_fetched_prefix_as_service_not_given():
+    """LAS's attained service (prefill computed + output) does not charge the copied blocks."""
+    from agentrt.sched.registry import make_scheduler
+    from agentrt.sched.service import prefill_work
+
+    def run(gbps):
+        sim = ClusterSimulator(config(400), 2, PinnedRouter({("w", 0): 0, ("v", 0): 1}), iter(two_calls()),
+                               lambda: make_policy("lru"), lambda: make_scheduler("las"),
+                               transfer=PeerTransfer(gbps) if gbps else None)
+        sim.run()
+        return sim.sims[1].sched.service.ended
+    assert run(None) == (("default", "v"), 64 * BS + 5 + 2)
+    assert run(25.0) == (("default", "v"), 5 + 2)
+    c = two_calls()[1]
+    from agentrt.runtime import events as ev
+    info = ev.CallInfo(rid=1, workflow="v", agent=None, tenant="default", index=0, hash_ids=c.hash_ids,
+                       input_length=c.input_length, output_length=2, block_size=BS)
+    assert prefill_work(info, 10, 4, 50) == 5 and prefill_work(info, 64, 0) == 5

@@ -210,7 +210,7 @@ class Admission:
                 if self.admitted is not None:
                     self.admitted.append((info.workflow, info.index))
             if self._events and lease is not None:
-                self._observe(ev.CallAdmitted(now, info, lease.node, lease.gpu_hit, lease.host_hit))
+                self._observe(ev.CallAdmitted(now, info, lease.node, lease.gpu_hit, lease.host_hit, lease.remote_hit))
         if blocked or wake is not None:
             # nothing changes until an arrival, a finish or a held call's wait bound
             self._admit_blocked = True

@@ -46,12 +46,15 @@ class CallArrived:
 
 @dataclass(slots=True)
 class CallAdmitted:
-    """The call got its cached prefix: `gpu_hit` + `host_hit` blocks touched, ending at `node`."""
+    """The call got its cached prefix: `gpu_hit` + `host_hit` blocks touched, ending at `node`;
+    `remote_hit` more copied from a peer replica (a simulated cluster with peer transfer), in the
+    tree once its prompt is cached."""
     now: float
     call: CallInfo
     node: "Block"
     gpu_hit: int
     host_hit: int
+    remote_hit: int = 0
 
 
 @dataclass(slots=True)

@@ -126,7 +126,7 @@ class FairScheduler(Scheduler):
         elif t is ev.CallAdmitted:
             c = e.call
             resumed = bool(c.extra.get("resumed"))
-            work = prefill_work(c, e.gpu_hit, e.host_hit)
+            work = prefill_work(c, e.gpu_hit, e.host_hit, e.remote_hit)
             self.prefill.admit(c.rid, c.tenant, None if resumed else work)
             if not c.warmup and not resumed and c.rid in self.tags:
                 cached = c.input_length - work

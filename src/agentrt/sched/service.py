@@ -12,9 +12,10 @@ from __future__ import annotations
 from agentrt.runtime import events as ev
 
 
-def prefill_work(call: ev.CallInfo, gpu_hit: int, host_hit: int) -> int:
-    """Prompt tokens a call computes given its cached prefix (vLLM computes at least one)."""
-    return max(1, call.input_length - (gpu_hit + host_hit) * call.block_size)
+def prefill_work(call: ev.CallInfo, gpu_hit: int, host_hit: int, remote_hit: int = 0) -> int:
+    """Prompt tokens a call computes given its cached prefix, local or copied from a peer (vLLM
+    computes at least one)."""
+    return max(1, call.input_length - (gpu_hit + host_hit + remote_hit) * call.block_size)
 
 
 class AttainedService:
@@ -33,7 +34,7 @@ class AttainedService:
             c = e.call
             if not c.warmup and not c.extra.get("resumed"):
                 k = (c.tenant, c.workflow)
-                self.work[k] = self.work.get(k, 0) + prefill_work(c, e.gpu_hit, e.host_hit)
+                self.work[k] = self.work.get(k, 0) + prefill_work(c, e.gpu_hit, e.host_hit, e.remote_hit)
         elif t is ev.CallFinished:
             c = e.call
             if not c.warmup:
