@@ -3,6 +3,7 @@
     python benchmarks/router_transfer.py                   # 4 and 8 replicas, five workloads (~15 min as two processes)
     python benchmarks/router_transfer.py --docs            # also write the table into docs/routers.md
     python benchmarks/router_transfer.py --docs-only JSON  # rebuild that table from a JSON
+    python benchmarks/router_transfer.py --add-oracle      # add the oracle reference to the JSON (~25 min)
 
 Same settings as `benchmarks/routers.py --part bounds` (its `config`, `WORKFLOWS`, `CONC`: Llama-3.1-8B
 on H100, 6,430 blocks of 16 tokens per replica, 16 workflows in flight per replica, FCFS, seed
@@ -15,6 +16,11 @@ docs/results/router_bounds.json when that file was built on the same settings. M
 conversation trace (read in place from ../shared/traces, skipped if absent) is replayed as
 routers.py replays it (the first 300 x N requests at timestamps x 4/N, the preset's full memory),
 LRU rows only: it has no workflows for PBKV-TA to learn from.
+
+`--add-oracle` adds, per generated workload, clairvoyant eviction with transfer on the placement
+of the `prefix` + PBKV-TA run (`cluster.bounds.oracle_on_placement` with `transfer_gbps`; up to
+three passes, the best kept): each replica's oracle sees only the calls pinned to it, so keeping
+a block for a peer's fetch is invisible to it. A reference, not a bound.
 
 Reported: prefill saved = 1 - computed prompt tokens / prompt tokens (GPU, host and peer hits
 together: what transfer changes is where a hit comes from), its peer share, and TTFT p99.
@@ -93,6 +99,29 @@ def run_one(name: str, n: int, routers: list[str]) -> dict:
     return out
 
 
+ORACLE = f"oracle +T (prefix {LEARNED}'s placement)"
+
+
+def add_oracle(run: dict) -> None:
+    """The oracle reference on the placement of `prefix` + PBKV-TA with transfer (its reference
+    run is that row again, recomputed: the two must agree)."""
+    from agentrt.cluster.bounds import run_cluster_oracle
+    from agentrt.sched.registry import make_scheduler
+    name, n = run["workload"], run["replicas"]
+    calls, bs = trace(name, n)
+    got = run_cluster_oracle(calls, n, "prefix", config(bs), lambda: make_scheduler("fcfs"),
+                             reference=trained(LEARNED, name, n, WORKFLOWS[name], bs),
+                             concurrency=CONC * n, passes=3, transfer_gbps=GBPS)
+    ref = figures(got.reference)
+    row = run["runs"][f"prefix {LEARNED} +T"]
+    if abs(ref["saved"] - row["saved"]) > 1e-9:
+        raise SystemExit(f"{name} N={n}: the reference run ({ref['saved']:.4f}) differs from the "
+                         f"table's prefix {LEARNED} +T row ({row['saved']:.4f}): rebuild the JSON first")
+    run["runs"][ORACLE] = dict(figures(got.bound), passes=got.passes)
+    print(f"  {name} N={n} prefix {LEARNED} +T {row['saved']:.1%}  oracle +T {run['runs'][ORACLE]['saved']:.1%}"
+          f" ({got.passes} passes)", flush=True)
+
+
 def add_pooled(doc: dict, bounds_path: Path) -> None:
     """Pooled LRU and oracle hit rates from the bounds JSON, when its settings match."""
     if not bounds_path.exists():
@@ -112,10 +141,17 @@ def add_pooled(doc: dict, bounds_path: Path) -> None:
 def markdown(doc: dict) -> str:
     keys = max((list(r["runs"]) for r in doc["runs"]), key=len, default=[])
     pooled = any("pooled" in r for r in doc["runs"])
-    head = ["workload", "N", *keys] + (["pooled: lru", "pooled: oracle"] if pooled else []) \
-        + ["best +T / prefix lru", "TTFT p99 s: prefix lru / best +T"]
+    oracle = any(ORACLE in r["runs"] for r in doc["runs"])
+    if ORACLE in keys:
+        keys.remove(ORACLE)
+    head = ["workload", "N", *keys] + ([ORACLE] if oracle else []) \
+        + (["pooled: lru", "pooled: oracle"] if pooled else []) \
+        + ["best +T / prefix lru"] + (["best +T / oracle +T"] if oracle else []) \
+        + ["TTFT p99 s: prefix lru / best +T"]
+    extra = (f"; the oracle column by `{doc['settings']['command']} --add-oracle`, "
+             f"{doc['seconds_oracle']:.0f} s") if oracle and "seconds_oracle" in doc else ""
     lines = [f"Built by `{doc['settings']['command']}` (docs/results/router_transfer.json, "
-             f"{doc['seconds']:.0f} s). Prefill saved % (GPU + peer hits; peer share in brackets); "
+             f"{doc['seconds']:.0f} s{extra}). Prefill saved % (GPU + peer hits; peer share in brackets); "
              f"+T: peer transfer at {doc['settings']['gbps']:g} GB/s; pooled: one engine with N x a "
              "replica's compute and memory, GPU hit % (from docs/results/router_bounds.json).", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -128,11 +164,15 @@ def markdown(doc: dict) -> str:
                 cells.append("-")
                 continue
             cells.append(f"{100 * v['saved']:.1f}" + (f" ({100 * v['remote_hit_rate']:.1f})" if k.endswith("+T") else ""))
+        if oracle:
+            cells.append(f"{100 * res[ORACLE]['saved']:.1f}" if ORACLE in res else "-")
         if pooled:
             cells += [f"{100 * run['pooled'][k]:.1f}" if "pooled" in run else "-" for k in ("lru", "oracle")]
         best = max((k for k in res if k.endswith("+T")), key=lambda k: res[k]["saved"])
         base = res["prefix lru"]
         cells.append(f"{res[best]['saved'] / base['saved']:.2f} ({best[:-3]})")
+        if oracle:
+            cells.append(f"{res[best]['saved'] / res[ORACLE]['saved']:.3f}" if ORACLE in res else "-")
         cells.append(f"{base['ttft_p99_s']:.2f} / {res[best]['ttft_p99_s']:.2f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -149,10 +189,27 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="JSON output (default docs/results/router_transfer.json)")
     ap.add_argument("--docs", action="store_true", help="write the table into docs/routers.md")
     ap.add_argument("--docs-only", default=None, metavar="JSON", help="rebuild the docs table from this JSON and exit")
+    ap.add_argument("--add-oracle", action="store_true",
+                    help="add the oracle reference to the JSON (--out or the default) for --workloads, then exit")
     a = ap.parse_args()
     docs = REPO / "docs" / "routers.md"
     if a.docs_only:
         return write_docs(json.loads(Path(a.docs_only).read_text()), docs)
+    if a.add_oracle:
+        path = Path(a.out or REPO / "docs" / "results" / "router_transfer.json")
+        doc = json.loads(path.read_text())
+        if doc["settings"].get("gbps") != GBPS:
+            raise SystemExit(f"{path} was built with {doc['settings'].get('gbps')} GB/s, this script uses {GBPS:g}")
+        t0 = time.time()
+        for run in doc["runs"]:
+            if run["workload"] in a.workloads.split(",") and run["workload"] in WORKFLOWS:
+                add_oracle(run)
+        doc["seconds_oracle"] = doc.get("seconds_oracle", 0.0) + time.time() - t0
+        path.write_text(json.dumps(doc, indent=1))
+        print(markdown(doc))
+        if a.docs:
+            write_docs(doc, docs)
+        return None
     unknown = [w for w in a.workloads.split(",") if w not in WORKFLOWS and w != "mooncake"]
     if unknown:
         ap.error(f"unknown workloads {unknown}; choose from {', '.join(WORKFLOWS)}, mooncake")

@@ -217,6 +217,9 @@ def test_the_transfer_benchmark_renders_its_table_and_reads_the_pooled_reference
     mod.add_pooled(doc, bounds)
     assert doc["runs"][0]["pooled"] == {"lru": 0.31, "oracle": 0.42}
     assert mod.markdown(doc).splitlines()[-1].endswith("| 31.0 | 42.0 | 1.10 (prefix pbkv-ta) | 5.00 / 4.50 |")
+    runs[mod.ORACLE] = fig(0.40)
+    row = mod.markdown(doc).splitlines()[-1]
+    assert row.endswith("| 40.0 | 31.0 | 42.0 | 1.10 (prefix pbkv-ta) | 0.825 | 5.00 / 4.50 |")
     page = tmp_path / "routers.md"
     page.write_text(f"a\n{mod.START}\nold\n{mod.END}\nb\n")
     mod.write_docs(doc, page)
@@ -241,3 +244,21 @@ def test_schedulers_count_a_fetched_prefix_as_service_not_given():
     info = ev.CallInfo(rid=1, workflow="v", agent=None, tenant="default", index=0, hash_ids=c.hash_ids,
                        input_length=c.input_length, output_length=2, block_size=BS)
     assert prefill_work(info, 10, 4, 50) == 5 and prefill_work(info, 64, 0) == 5
+
+
+def test_the_cluster_oracle_runs_with_transfer_and_counts_peer_hits():
+    from agentrt.cluster.bounds import run_cluster_oracle
+    from agentrt.sched.registry import make_scheduler
+    src = workload_source("gaia", GenConfig(workflows=16, concurrency=8, seed=4))
+    try:
+        calls = list(src.eval_calls())
+    finally:
+        src.close()
+    got = run_cluster_oracle(calls, 3, "least-loaded", config(700), lambda: make_scheduler("fcfs"),
+                             reference=lambda: make_policy("lru"), concurrency=8, passes=2, transfer_gbps=25.0)
+    ref, bound = got.reference.summary(), got.bound.summary()
+    assert ref["remote_hit_rate"] > 0 and bound["remote_hit_rate"] > 0
+    assert 1 <= got.passes <= 2
+    assert bound["prefill_tokens"] < ref["prefill_tokens"]
+    for m in (got.reference.total, got.bound.total):
+        assert m.prompt_tokens == m.gpu_hit_tokens + m.remote_hit_tokens + m.prefill_tokens

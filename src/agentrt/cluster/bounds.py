@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from agentrt.cluster.metrics import ClusterMetrics, cluster_metrics
 from agentrt.cluster.routing import ReplicaView, RouteRequest, Router
 from agentrt.cluster.sim import ClusterSimulator
+from agentrt.cluster.transfer import PeerTransfer
 from agentrt.engine.simulator import EngineConfig
 from agentrt.engine.tool_hints import ToolHints
 from agentrt.policies.oracle import FutureUses, OraclePolicy, best_of_passes
@@ -72,22 +73,29 @@ def _split(calls: Sequence[Call], placement: Placement, n: int) -> list[list[Cal
 def oracle_on_placement(calls: Sequence[Call], reference: ClusterMetrics, config: EngineConfig,
                         make_scheduler: Callable[[], Scheduler], *, concurrency: int | None = None,
                         time_scale: float = 1.0, seed: int = 0, passes: int = 2,
-                        tool_hints: ToolHints | None = None) -> tuple[ClusterMetrics, int]:
+                        tool_hints: ToolHints | None = None,
+                        transfer_gbps: float | None = None) -> tuple[ClusterMetrics, int]:
     """Up to `passes` oracle passes pinned to the placement of `reference` (a run recorded with
-    `record_order=True` on the same calls and replay settings); (the best pass, passes run)."""
+    `record_order=True` on the same calls and replay settings); (the best pass, passes run).
+    `transfer_gbps`: the replicas copy prefixes from each other as in the reference run; each
+    replica's oracle still sees only the calls pinned to it (a reference, not a bound: keeping a
+    block for a peer's fetch is invisible to it), and a pass is judged by the prompt tokens it
+    did not compute."""
     if reference.placement is None or reference.orders is None:
         raise ValueError("the reference run did not record its placement (record_order=True)")
     placement = reference.placement
     n = len(reference.orders)
     parts = _split(calls, placement, n)
-    kw = dict(concurrency=concurrency, time_scale=time_scale, tool_hints=tool_hints, record_order=True)
+    kw = dict(concurrency=concurrency, time_scale=time_scale, tool_hints=tool_hints, record_order=True,
+              transfer=PeerTransfer(transfer_gbps) if transfer_gbps is not None else None)
 
     def replay(orders: list, i: int):
         futures = iter([FutureUses(parts[j], orders[j], config.block_size) for j in range(n)])
         sim = ClusterSimulator(config, n, PinnedRouter(placement), iter(calls),
                                lambda: OraclePolicy(next(futures), seed=seed), make_scheduler, **kw)
         sim.run()
-        return sum(s.metrics.gpu_hit_tokens for s in sim.sims), cluster_metrics(sim), [s.admitted for s in sim.sims]
+        saved = sum(s.metrics.gpu_hit_tokens + s.metrics.remote_hit_tokens for s in sim.sims)
+        return saved, cluster_metrics(sim), [s.admitted for s in sim.sims]
     best, done = best_of_passes(reference.orders, passes, replay)
     best.router = reference.router
     best.placement = best.orders = None
@@ -98,7 +106,7 @@ def run_cluster_oracle(calls: Sequence[Call], n_replicas: int, router: str | Rou
                        config: EngineConfig, make_scheduler: Callable[[], Scheduler], *,
                        reference: Callable[[], Policy], concurrency: int | None = None,
                        time_scale: float = 1.0, seed: int = 0, passes: int = 2,
-                       tool_hints: ToolHints | None = None) -> ClusterBound:
+                       tool_hints: ToolHints | None = None, transfer_gbps: float | None = None) -> ClusterBound:
     """The reference run, then up to `passes` oracle passes pinned to its placement.
 
     `calls` is read several times (a list). `router` is fresh (a name, or a router not used
@@ -107,8 +115,8 @@ def run_cluster_oracle(calls: Sequence[Call], n_replicas: int, router: str | Rou
     from agentrt.cluster.run import run_cluster
     ref = run_cluster(calls, n_replicas, router, config, seed=seed, policy_factory=reference,
                       scheduler_factory=make_scheduler, concurrency=concurrency, time_scale=time_scale,
-                      tool_hints=tool_hints, record_order=True)
+                      tool_hints=tool_hints, record_order=True, transfer_gbps=transfer_gbps)
     bound, done = oracle_on_placement(calls, ref, config, make_scheduler, concurrency=concurrency,
                                       time_scale=time_scale, seed=seed, passes=passes,
-                                      tool_hints=tool_hints)
+                                      tool_hints=tool_hints, transfer_gbps=transfer_gbps)
     return ClusterBound(ref, bound, done)
