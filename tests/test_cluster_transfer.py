@@ -158,7 +158,7 @@ def test_run_cluster_and_simulate_take_the_link():
     assert res.config["transfer_gbps"] == 25.0
     with pytest.raises(AgentrtError, match="transfer_gbps needs replicas 2 or more"):
         simulate("team", ["lru"], workflows=8, transfer_gbps=25.0)
-    with pytest.raises(AgentrtError, match="does not model peer transfer"):
+    with pytest.raises(AgentrtError, match="not a bound with peer transfer"):
         simulate("team", ["lru", "oracle"], workflows=8, replicas=2, transfer_gbps=25.0)
 
 
@@ -183,7 +183,7 @@ def test_bench_transfer_flag_end_to_end(tmp_path):
     for args, msg in ((("--transfer-gbps", "0", "--replicas", "2"), "--transfer-gbps must be a number > 0"),
                       (("--transfer-gbps", "25"), "--transfer-gbps needs --replicas 2 or more"),
                       (("--transfer-gbps", "25", "--replicas", "2", "--policies", "lru,oracle"),
-                       "does not model peer transfer")):
+                       "not a bound with peer transfer")):
         p = agentrt("bench", "--workflows", "8", "--quiet", *args)
         assert p.returncode == 2 and msg in p.stderr, p.stderr
 

@@ -9,7 +9,7 @@ made in the run with the most hits (`config.oracle_reference`; an LRU run when `
 only policy): a bound on eviction for that placement, not on routing. `belady` and
 `infinite` ignore memory and timing; they are one-replica constructs and are refused here.
 `--transfer-gbps G`: replicas copy cached prefixes from each other's GPUs over a link of G GB/s
-(`cluster.transfer`); the oracle does not model it and is refused with it.
+(`cluster.transfer`); the oracle is not a bound with it and is refused.
 
 The `--json` document has the shape of a one-replica bench document (`docs/output.md`), with
 `config.replicas`, `config.router` and `config.transfer_gbps`, and in each policy's result the cluster's own figures:
@@ -44,8 +44,8 @@ def check_cluster_run(policies: list[str], replicas: int, router: str | None, cl
         if replicas < 2:
             raise AgentrtError(f"{tflag} needs {flag} 2 or more (a replica copies KV from its peers)")
         if any(p in SIM_BOUNDS for p in policies):
-            raise AgentrtError(f"the cluster oracle does not model peer transfer: drop 'oracle' "
-                               f"from the policies or {tflag}")
+            raise AgentrtError(f"the cluster oracle is not a bound with peer transfer (each replica's "
+                               f"future is its own): drop 'oracle' from the policies or {tflag}")
     if router is not None:
         check_router(router)
     if replicas > 1:
