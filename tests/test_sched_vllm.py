@@ -295,11 +295,24 @@ async def _finish_order(base: str, priorities: list[int]) -> list[int] | None:
         for k, p in enumerate(priorities):
             tasks.append(asyncio.ensure_future(one(client, p, k)))
             await asyncio.sleep(0.05)                     # arrive in this order, while b runs
-        queued = not b.done()
+        # the precondition: every other request is waiting in the server's queue while the
+        # blocker still runs (on a starved machine a request can reach the server late, or the
+        # blocker's stream arrive in one late burst); vLLM's own gauge says so
+        queued = False
+        while not b.done() and not queued:
+            queued = await _waiting_gauge(client, base) >= len(priorities)
+            if not queued:
+                await asyncio.sleep(0.02)
         await asyncio.gather(b, *tasks)
-    # on a starved machine vLLM's server can deliver the blocker's stream in one late burst, so
-    # the others did not queue behind it: the precondition failed, not the property
     return done if queued else None
+
+
+async def _waiting_gauge(client, base: str) -> float:
+    r = await client.get(base + "/metrics")
+    for line in r.text.splitlines():
+        if line.startswith("vllm:num_requests_waiting"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def finish_order(base: str, priorities: list[int], attempts: int = 3) -> list[int]:
@@ -307,7 +320,8 @@ def finish_order(base: str, priorities: list[int], attempts: int = 3) -> list[in
         done = asyncio.run(_finish_order(base, priorities))
         if done is not None:
             return done
-    raise AssertionError(f"in {attempts} attempts the blocking request never stayed running while the others queued")
+    raise AssertionError(f"in {attempts} attempts the blocking request never stayed running until "
+                         f"the others were all waiting in the server's queue")
 
 
 @requires_vllm
