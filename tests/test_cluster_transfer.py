@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentrt.api import simulate
 from agentrt.bench.source import workload_source
@@ -262,3 +264,50 @@ def test_the_cluster_oracle_runs_with_transfer_and_counts_peer_hits():
     assert bound["prefill_tokens"] < ref["prefill_tokens"]
     for m in (got.reference.total, got.bound.total):
         assert m.prompt_tokens == m.gpu_hit_tokens + m.remote_hit_tokens + m.prefill_tokens
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), n=st.integers(2, 3), gpu=st.integers(6, 16), host=st.sampled_from([0, 0, 6]),
+       gbps=st.sampled_from([0.05, 25.0]), budget=st.sampled_from([16, 40, 8192]),
+       router=st.sampled_from(["round-robin", "least-loaded", "prefix", "agent"]),
+       policy=st.sampled_from(["lru", "pbkv-lae", "pbkv-ta"]))
+def test_random_small_clusters_with_transfer_finish_sound(data, n, gpu, host, gbps, budget, router, policy):
+    """Random tiny workflows sharing prefixes across replicas, with host tiers, slow or fast links,
+    chunked prefills and preemptions: every call finishes once, every cache's invariants and block
+    accounting hold at every step, and prompt tokens = GPU + host + peer hits + computed."""
+    from agentrt.sched.registry import make_scheduler
+    calls = []
+    n_wf = data.draw(st.integers(1, 5))
+    starts = sorted(data.draw(st.lists(st.integers(0, 50), min_size=n_wf, max_size=n_wf)))
+    for w in range(n_wf):
+        n_calls = data.draw(st.integers(1, 3))
+        ids: list[int] = [data.draw(st.integers(1, 3)), 7]     # leading blocks shared across workflows
+        for i in range(n_calls):
+            ids = ids + [1000 * (w + 1) + 10 * i + k for k in range(data.draw(st.integers(0, 3)))]
+            n_in = BS * len(ids) - data.draw(st.integers(0, BS - 1))
+            n_out = data.draw(st.integers(1, 60))
+            calls.append(Call(workflow=f"w{w}", call=i, input_length=n_in, output_length=n_out,
+                              hash_ids=list(ids), agent=f"g{i % 2}", timestamp=starts[w] if i == 0 else None,
+                              after=(i - 1,) if i else (), last=i == n_calls - 1))
+    cfg = EngineConfig(get_preset(PRESET), BS, gpu_blocks=gpu, host_blocks=host, max_batch_tokens=budget)
+    sim = ClusterSimulator(cfg, n, make_router(router), iter(calls), lambda: make_policy(policy),
+                           lambda: make_scheduler("fcfs"), transfer=PeerTransfer(gbps))
+    for s in sim.sims:
+        step = s.step
+
+        def checked_step(s=s, step=step):
+            s.cache.check_invariants()
+            held = [r for r in s.running if r.lease is not None]
+            assert sum(r.lease.reserved for r in held) == s.cache.reserved
+            return step()
+        s.step = checked_step
+    sim.run()
+    total = 0
+    for s in sim.sims:
+        s.cache.check_invariants()
+        assert not s.running and not s.waiting
+        assert s.cache.reserved == 0 and s.cache.locked_gpu == 0
+        m = s.metrics
+        assert m.gpu_hit_tokens + m.host_hit_tokens + m.remote_hit_tokens + m.prefill_tokens == m.prompt_tokens
+        total += m.calls
+    assert total == len(calls)
