@@ -225,8 +225,8 @@ def main() -> None:
                         "workflows_per_replica": dict(WORKFLOWS), "gbps": GBPS, "scheduler": "fcfs",
                         "mooncake_per_replica": MOONCAKE_PER, "mooncake_gpu_tokens_per_replica": MOONCAKE_GPU_TOKENS,
                         "mooncake_time_scale": f"{MOONCAKE_STRETCH:g}/N",
-                        "command": "python benchmarks/router_transfer.py"
-                                   + (f" --gbps {GBPS:g}" if GBPS != DEFAULT_GBPS else "")}, "runs": []}
+                        "command": " ".join(["python benchmarks/router_transfer.py", *sys.argv[1:]])},
+           "runs": []}
     for wl in a.workloads.split(","):
         for n in (int(x) for x in a.replicas.split(",")):
             got = run_one(wl, n, ROUTERS)
