@@ -357,6 +357,14 @@ def test_unknown_router_is_refused():
     assert router_config("ray:pow2").request_router_kwargs == {}
     cfg = router_config("agent", {"seed": 1}, block_size=16)
     assert cfg.request_router_kwargs["block_size"] == 16 and cfg.request_router_kwargs["router"] == "agent"
+    assert cfg.request_router_kwargs["transfer_tokens_per_s"] == 0.0
+    cfg = router_config("agent", transfer_tokens_per_s=38_000.0)
+    assert cfg.request_router_kwargs["transfer_tokens_per_s"] == 38_000.0
+
+    async def run():      # Ray's router wants a running event loop
+        r = make_router("agent", [], kv_events=False, transfer_tokens_per_s=38_000.0)
+        assert r.router.hints.transfer_tokens_per_s == 38_000.0
+    asyncio.run(run())
 
 
 # ---------------------------------------------------------------------------- end to end

@@ -73,6 +73,7 @@ class EngineSpec:
     upstreams: list[dict] = field(default_factory=list)  # {"url", "kv_events", "block_size", "num_blocks"}
     prefill_tokens_per_s: float = 20_000.0  # one engine's speed, for routers with a cost model
     decode_s_per_token: float = 0.02
+    transfer_tokens_per_s: float = 0.0      # KV copied between replicas (a P2P connector); 0: none
 
 
 class VLLMReplica:
@@ -241,7 +242,7 @@ class Ingress:
 
 def router_config(router: str = "agent", router_options: dict | None = None, block_size: int = 32,
                   kv_events: bool = True, prefill_tokens_per_s: float = 20_000.0,
-                  decode_s_per_token: float = 0.02) -> RequestRouterConfig:
+                  decode_s_per_token: float = 0.02, transfer_tokens_per_s: float = 0.0) -> RequestRouterConfig:
     """`router`: an agentrt router name (`agentrt routers`), or `ray:pow2` / `ray:prefix-affinity`
     for Ray's own routers."""
     if router.startswith("ray:"):
@@ -256,7 +257,8 @@ def router_config(router: str = "agent", router_options: dict | None = None, blo
         request_router_kwargs={"router": router, "router_options": router_options or {},
                                "block_size": block_size, "kv_events": kv_events,
                                "prefill_tokens_per_s": prefill_tokens_per_s,
-                               "decode_s_per_token": decode_s_per_token})
+                               "decode_s_per_token": decode_s_per_token,
+                               "transfer_tokens_per_s": transfer_tokens_per_s})
 
 
 def build_app(spec: EngineSpec, replicas: int = 2, router: str = "agent",
@@ -269,7 +271,8 @@ def build_app(spec: EngineSpec, replicas: int = 2, router: str = "agent",
         name=name, num_replicas=replicas, max_ongoing_requests=max_ongoing_requests,
         ray_actor_options={"num_cpus": 0}, health_check_period_s=10,
         request_router_config=router_config(router, router_options, spec.block_size, spec.kv_events,
-                                            spec.prefill_tokens_per_s, spec.decode_s_per_token),
+                                            spec.prefill_tokens_per_s, spec.decode_s_per_token,
+                                            spec.transfer_tokens_per_s),
     ).bind(spec)
     ingress = serve.deployment(Ingress).options(
         name="agentrt-ingress", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1024)
@@ -288,7 +291,8 @@ def app_builder(args: dict[str, str]):
                       vllm_args=a.pop("vllm_args", "").split(),
                       upstreams=json.loads(a.pop("upstreams", "[]")),
                       prefill_tokens_per_s=float(a.pop("prefill_tokens_per_s", 20_000.0)),
-                      decode_s_per_token=float(a.pop("decode_s_per_token", 0.02)))
+                      decode_s_per_token=float(a.pop("decode_s_per_token", 0.02)),
+                      transfer_tokens_per_s=float(a.pop("transfer_tokens_per_s", 0.0)))
     app = build_app(spec, replicas=int(a.pop("replicas", 2)), router=a.pop("router", "agent"),
                     router_options=json.loads(a.pop("router_options", "{}")),
                     max_ongoing_requests=int(a.pop("max_ongoing_requests", 64)))

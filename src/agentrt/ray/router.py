@@ -24,6 +24,8 @@ Model
 Options (`request_router_kwargs`): `router` (an agentrt router name, `agentrt routers`),
 `router_options` (its constructor keywords), `block_size`, `prefill_tokens_per_s` and
 `decode_s_per_token` (one replica's speed, for routers with a cost model: `ClusterHints`),
+`transfer_tokens_per_s` (how fast replicas copy KV from each other when a peer-to-peer KV
+connector links them; 0: they do not),
 `kv_events` (subscribe to replicas' publishers; default true), `provisional_s`, `max_inflight`.
 """
 
@@ -81,10 +83,12 @@ class AgentRTRequestRouter(RequestRouter):
     def initialize_state(self, router: str = "agent", router_options: dict | None = None,
                          block_size: int = 32, kv_events: bool = True,
                          prefill_tokens_per_s: float = 20_000.0, decode_s_per_token: float = 0.02,
-                         provisional_s: float = 30.0, max_inflight: int = 100_000) -> None:
+                         provisional_s: float = 30.0, max_inflight: int = 100_000,
+                         transfer_tokens_per_s: float = 0.0) -> None:
         self.router: Router = make_router(router, **(router_options or {}))
         self.hints = ClusterHints(block_size=block_size, prefill_tokens_per_s=prefill_tokens_per_s,
-                                  decode_s_per_token=decode_s_per_token)
+                                  decode_s_per_token=decode_s_per_token,
+                                  transfer_tokens_per_s=transfer_tokens_per_s)
         self.router.bind(self.hints)
         self.block_size = block_size
         self.provisional_s = provisional_s
