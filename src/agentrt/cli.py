@@ -19,24 +19,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agentrt import __version__, defaults
 from agentrt.errors import AgentrtError
+from agentrt.bench.cli_spec import DEFAULT_POLICIES, DEFAULT_VLLM_POLICIES, bench_spec
 from agentrt.options import scheduler_options  # noqa: F401 - serve's CLI imports it from here
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="agentrt: agent-aware KV-cache policies for LLM serving.")
 err = Console(stderr=True)
 
-DEFAULT_POLICIES = ",".join(defaults.RUN_POLICIES)
-DEFAULT_VLLM_POLICIES = ",".join(defaults.VLLM_POLICIES)
-PBKV_PREDICTING = ("pbkv-he", "pbkv", "pbkv-aggressive", "pbkv-ta")
 
 
 def out_console() -> Console:
     """Tables go to stdout, wide enough to stay readable when piped (and never cut: report.print_wide)."""
     return Console() if sys.stdout.isatty() else Console(width=160)
-
-
-def _split(s: str) -> list[str]:
-    return [p.strip() for p in s.split(",") if p.strip()]
 
 
 @app.callback(invoke_without_command=True)
@@ -61,71 +55,6 @@ def _factory(prog: Progress):
         task = prog.add_task(name, total=total)
         return lambda n: prog.advance(task, n)
     return factory
-
-
-def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None, engine: str,
-               gpu_blocks: int | None, host_blocks: int, preset: str, seed: int, workflows: int,
-               concurrency: int | None, tool_scale: float, time_scale: float, json_path: Path | None,
-               csv_path: Path | None, plot: Path | None, train: Path | None,
-               train_fraction: float | None, predictor: Path | None, predictor_kind: str,
-               predictor_noise: float, set_: list[str], scheduler: str, max_wait: float | None,
-               max_hold: float | None, tenant_weights: str | None, replicas: int = 1,
-               router: str | None = None, shared_chunk_tokens: int | None = None,
-               tool_hints: float | None = None, transfer_gbps: float | None = None):
-    """The bench run the command line asks for, with the defaults filled in and every value
-    checked (`BenchSpec.validate`); nothing generated or replayed yet."""
-    from agentrt.bench.runner import BenchOptions
-    from agentrt.bench.spec import BenchSpec
-    from agentrt.options import parse_policy_options
-    from agentrt.policies.registry import check_names
-    if engine not in ("sim", "vllm"):
-        raise AgentrtError(f"--engine must be sim or vllm, got {engine!r}")
-    if engine == "vllm" and (replicas != 1 or router is not None or transfer_gbps is not None):
-        raise AgentrtError("--replicas, --router and --transfer-gbps are for the simulator; for real replicas "
-                           "see docs/ray.md")
-    if trace is not None and workload is not None:
-        raise AgentrtError("give either --trace or --workload, not both")
-    default_run = trace is None and workload is None
-    default_policies = policies is None
-    if default_policies:
-        policies = DEFAULT_VLLM_POLICIES if engine == "vllm" else DEFAULT_POLICIES
-    if default_run and engine == "sim":
-        if gpu_blocks is None:
-            gpu_blocks = defaults.RUN_GPU_BLOCKS
-        if plot is None and json_path is None and csv_path is None:
-            plot = Path(defaults.RUN_PLOT)
-    names = _split(policies)
-    if replicas > 1 and default_policies:
-        from agentrt.policies.registry import BOUNDS, SIM_BOUNDS
-        # belady and infinite are one-replica constructs; the oracle has a cluster form, without
-        # peer transfer
-        names = [n for n in names if n not in BOUNDS or (n in SIM_BOUNDS and transfer_gbps is None)]
-    if not names:
-        raise AgentrtError("--policies is empty")
-    check_names(names)
-    popts = parse_policy_options(set_, names)
-    for name in names:
-        if name in PBKV_PREDICTING and engine == "sim":
-            o = popts.setdefault(name, {})
-            o.setdefault("predictor_kind", predictor_kind)
-            o.setdefault("predictor_noise", predictor_noise)
-            if predictor is not None:
-                o.setdefault("predictor", str(predictor))
-    if predictor is not None and not any(n in PBKV_PREDICTING for n in names):
-        raise AgentrtError(f"--predictor is for {', '.join(PBKV_PREDICTING)}; none is in --policies")
-    opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
-                        concurrency=concurrency, seed=seed, train_fraction=train_fraction,
-                        time_scale=time_scale, train_path=str(train) if train else None,
-                        policy_options=popts, scheduler=scheduler, tool_hints=tool_hints,
-                        scheduler_options=scheduler_options(scheduler, max_wait, tenant_weights,
-                                                            max_hold, shared_chunk_tokens))
-    spec = BenchSpec(policies=names, trace=trace,
-                     workload=(workload or defaults.RUN_WORKLOAD) if trace is None else None,
-                     workflows=workflows, tool_scale=tool_scale, options=opts, json_path=json_path,
-                     csv_path=csv_path, plot_path=plot, replicas=replicas, router=router,
-                     transfer_gbps=transfer_gbps)
-    spec.validate()
-    return spec
 
 
 @app.command()
