@@ -9,7 +9,7 @@
 Same settings as `benchmarks/routers.py --part bounds` (its `config`, `WORKFLOWS`, `CONC`: Llama-3.1-8B
 on H100, 6,430 blocks of 16 tokens per replica, 16 workflows in flight per replica, FCFS, seed
 0), and the same traces. Per workload and replica count: `prefix`, `agent` and `least-loaded`
-under LRU, without and with peer transfer (`agentrt.cluster.transfer`, `GBPS` GB/s received per
+under LRU, without and with peer transfer (`agentrt.cluster.transfer`, `--gbps`, 25 GB/s received per
 replica: a 400 Gb/s RDMA NIC per GPU at half its line rate), and PBKV-TA (predictor trained on a
 seed-1 trace, as in the bounds part) behind `prefix` and `agent` with transfer. The pooled-memory
 reference (one engine with N x a replica's compute and memory, LRU and the oracle) is read from
@@ -45,7 +45,6 @@ from agentrt.policies.registry import make_policy
 from agentrt.trace.reader import TraceReader
 
 DEFAULT_GBPS = 25.0
-GBPS = DEFAULT_GBPS           # --gbps sets it
 ROUTERS = ["prefix", "agent", "least-loaded"]
 LEARNED = "pbkv-ta"
 START, END = "<!-- router-transfer:start -->", "<!-- router-transfer:end -->"
@@ -59,15 +58,15 @@ def figures(cm) -> dict:
             "net_bytes": s["net_bytes"]}
 
 
-def lru_rows(out: dict, calls: list, n: int, routers: list[str], cfg, **replay) -> None:
+def lru_rows(out: dict, calls: list, n: int, routers: list[str], cfg, gbps: float, **replay) -> None:
     for r in routers:
-        for gbps in (None, GBPS):
-            cm = run_cluster(iter(calls), n, r, cfg, seed=0, transfer_gbps=gbps,
+        for link in (None, gbps):
+            cm = run_cluster(iter(calls), n, r, cfg, seed=0, transfer_gbps=link,
                              policy_factory=lambda: make_policy("lru"), **replay)
-            out["runs"][f"{r} lru" + (" +T" if gbps else "")] = figures(cm)
+            out["runs"][f"{r} lru" + (" +T" if link else "")] = figures(cm)
 
 
-def run_mooncake(n: int, routers: list[str]) -> dict | None:
+def run_mooncake(n: int, routers: list[str], gbps: float) -> dict | None:
     """Mooncake's conversation trace as routers.py replays it (no identity, one call per request):
     LRU rows only (PBKV-TA's predictor learns from workflows, which this trace does not have)."""
     if not MOONCAKE.exists():
@@ -76,25 +75,25 @@ def run_mooncake(n: int, routers: list[str]) -> dict | None:
     reader = TraceReader(MOONCAKE)
     calls = list(itertools.islice(iter(reader), MOONCAKE_PER * n))
     out = {"workload": "mooncake", "replicas": n, "calls": len(calls), "runs": {}}
-    lru_rows(out, calls, n, routers, config(reader.header.block_size, MOONCAKE_GPU_TOKENS),
+    lru_rows(out, calls, n, routers, config(reader.header.block_size, MOONCAKE_GPU_TOKENS), gbps,
              time_scale=MOONCAKE_STRETCH / n)
     print(f"  mooncake N={n} " + "  ".join(f"{k} {v['saved']:.1%}" for k, v in out["runs"].items()), flush=True)
     return out
 
 
-def run_one(name: str, n: int, routers: list[str]) -> dict:
+def run_one(name: str, n: int, routers: list[str], gbps: float) -> dict | None:
     if name == "mooncake":
-        return run_mooncake(n, routers)
+        return run_mooncake(n, routers, gbps)
     calls, bs = trace(name, n)
     cfg = config(bs)
     out = {"workload": name, "replicas": n, "calls": len(calls), "runs": {}}
-    lru_rows(out, calls, n, routers, cfg, concurrency=CONC * n)
+    lru_rows(out, calls, n, routers, cfg, gbps, concurrency=CONC * n)
     learn = None
     for r in routers:
         if r == "least-loaded":
             continue
         learn = learn or trained(LEARNED, name, n, WORKFLOWS[name], bs)
-        cm = run_cluster(iter(calls), n, r, cfg, concurrency=CONC * n, seed=0, transfer_gbps=GBPS,
+        cm = run_cluster(iter(calls), n, r, cfg, concurrency=CONC * n, seed=0, transfer_gbps=gbps,
                          policy_factory=learn)
         out["runs"][f"{r} {LEARNED} +T"] = figures(cm)
     print(f"  {name} N={n} " + "  ".join(f"{k} {v['saved']:.1%}" for k, v in out["runs"].items()), flush=True)
@@ -104,7 +103,7 @@ def run_one(name: str, n: int, routers: list[str]) -> dict:
 ORACLE = f"oracle +T (prefix {LEARNED}'s placement)"
 
 
-def add_oracle(run: dict) -> None:
+def add_oracle(run: dict, gbps: float) -> None:
     """The oracle reference on the placement of `prefix` + PBKV-TA with transfer (its reference
     run is that row again, recomputed: the two must agree)."""
     from agentrt.cluster.bounds import run_cluster_oracle
@@ -113,7 +112,7 @@ def add_oracle(run: dict) -> None:
     calls, bs = trace(name, n)
     got = run_cluster_oracle(calls, n, "prefix", config(bs), lambda: make_scheduler("fcfs"),
                              reference=trained(LEARNED, name, n, WORKFLOWS[name], bs),
-                             concurrency=CONC * n, passes=3, transfer_gbps=GBPS)
+                             concurrency=CONC * n, passes=3, transfer_gbps=gbps)
     ref = figures(got.reference)
     row = run["runs"][f"prefix {LEARNED} +T"]
     if abs(ref["saved"] - row["saved"]) > 1e-9:
@@ -198,21 +197,18 @@ def main() -> None:
     ap.add_argument("--add-oracle", action="store_true",
                     help="add the oracle reference to the JSON (--out or the default) for --workloads, then exit")
     a = ap.parse_args()
-    global GBPS
     if not a.gbps > 0:
         ap.error(f"--gbps must be > 0, got {a.gbps}")
-    GBPS = a.gbps
     docs = REPO / "docs" / "routers.md"
     if a.docs_only:
         return write_docs(json.loads(Path(a.docs_only).read_text()), docs)
     if a.add_oracle:
         path = Path(a.out or REPO / "docs" / "results" / "router_transfer.json")
         doc = json.loads(path.read_text())
-        GBPS = doc["settings"]["gbps"]          # the oracle runs on the table's link
         t0 = time.time()
         for run in doc["runs"]:
             if run["workload"] in a.workloads.split(",") and run["workload"] in WORKFLOWS:
-                add_oracle(run)
+                add_oracle(run, doc["settings"]["gbps"])     # on the table's link
         doc["seconds_oracle"] = doc.get("seconds_oracle", 0.0) + time.time() - t0
         path.write_text(json.dumps(doc, indent=1))
         print(markdown(doc))
@@ -224,14 +220,14 @@ def main() -> None:
         ap.error(f"unknown workloads {unknown}; choose from {', '.join(WORKFLOWS)}, mooncake")
     t0 = time.time()
     doc = {"settings": {"preset": PRESET, "gpu_tokens_per_replica": GPU_TOKENS, "conc_per_replica": CONC,
-                        "workflows_per_replica": dict(WORKFLOWS), "gbps": GBPS, "scheduler": "fcfs",
+                        "workflows_per_replica": dict(WORKFLOWS), "gbps": a.gbps, "scheduler": "fcfs",
                         "mooncake_per_replica": MOONCAKE_PER, "mooncake_gpu_tokens_per_replica": MOONCAKE_GPU_TOKENS,
                         "mooncake_time_scale": f"{MOONCAKE_STRETCH:g}/N",
                         "command": " ".join(["python benchmarks/router_transfer.py", *sys.argv[1:]])},
            "runs": []}
     for wl in a.workloads.split(","):
         for n in (int(x) for x in a.replicas.split(",")):
-            got = run_one(wl, n, ROUTERS)
+            got = run_one(wl, n, ROUTERS, a.gbps)
             if got is None:
                 break
             doc["runs"].append(got)

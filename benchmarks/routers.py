@@ -134,7 +134,8 @@ def run_pooled(calls: list, n: int, block_size: int, passes: int = 3) -> dict:
     keys = ("hit_rate", "ttft_p50_s", "ttft_p99_s")
     sim = Simulator(cfg, make_policy("lru"), iter(calls), concurrency=CONC * n, record_stream=True)
     sim.run()
-    out = {"lru": {k: sim.metrics.summary()[k] for k in keys}}
+    s = sim.metrics.summary()
+    out = {"lru": {k: s[k] for k in keys}}
 
     def replay(order, i: int):
         o = Simulator(cfg, OraclePolicy(FutureUses(calls, order, block_size)), iter(calls),

@@ -4,8 +4,6 @@ prefix saves and costs, tenant isolation, accounting under memory pressure, and 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from agentrt.api import simulate
 from agentrt.bench.source import workload_source
 from agentrt.cache.radix import RadixKVCache
 from agentrt.cluster.bounds import PinnedRouter
+from agentrt.cluster.registry import make_router
 from agentrt.cluster.run import run_cluster
 from agentrt.cluster.sim import ClusterSimulator
 from agentrt.cluster.transfer import PeerTransfer, peer_lookup, resident_depth
@@ -25,6 +24,7 @@ from agentrt.errors import AgentrtError
 from agentrt.policies.registry import make_policy
 from agentrt.trace.schema import Call
 from agentrt.workloads.base import GenConfig
+from test_cluster_cli import agentrt          # the real command line, one subprocess per call
 
 REPO = Path(__file__).resolve().parents[1]
 PRESET = "llama3.1-8b-h100"
@@ -134,11 +134,6 @@ def test_every_prompt_token_is_a_hit_or_computed_and_caches_stay_sound(router):
     assert sum(s.metrics.preemptions for s in sim.sims) > 0
 
 
-def make_router(name: str):
-    from agentrt.cluster.registry import make_router as mk
-    return mk(name)
-
-
 def test_the_router_is_told_the_link_speed():
     sim = ClusterSimulator(config(400), 2, make_router("agent"), iter(two_calls()),
                            lambda: make_policy("lru"), transfer=PeerTransfer(25.0))
@@ -162,11 +157,6 @@ def test_run_cluster_and_simulate_take_the_link():
         simulate("team", ["lru"], workflows=8, transfer_gbps=25.0)
     with pytest.raises(AgentrtError, match="not a bound with peer transfer"):
         simulate("team", ["lru", "oracle"], workflows=8, replicas=2, transfer_gbps=25.0)
-
-
-def agentrt(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agentrt.cli", *args], capture_output=True,
-                          text=True, timeout=300)
 
 
 def test_bench_transfer_flag_end_to_end(tmp_path):

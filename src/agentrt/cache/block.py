@@ -55,6 +55,18 @@ class Block:
                 f"lock={self.lock_ref}, touch={self.last_touch})")
 
 
+def gpu_run(node: Block, hash_ids, depth: int, n: int) -> tuple[Block, int]:
+    """Follow `hash_ids[depth:n]` down from `node` (a GPU block or a root, `depth` blocks deep)
+    while the blocks are on the GPU: (the deepest one reached, its depth)."""
+    while depth < n:
+        child = node.children.get(hash_ids[depth])
+        if child is None or child.tier != GPU:
+            break
+        node = child
+        depth += 1
+    return node, depth
+
+
 def host_run(node: "Block | None") -> int:
     """Blocks in the host tier ending at `node`: `node` and its host ancestors (0 if on the GPU).
 

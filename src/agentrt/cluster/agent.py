@@ -94,9 +94,10 @@ class AgentRouter(Router):
         bs = hints.block_size if hints is not None else 16
         speed = hints.prefill_tokens_per_s if hints is not None else 20_000.0
         step_s = hints.decode_s_per_token if hints is not None else 0.02
-        # a prefix cached on some replica costs its transfer time elsewhere, when replicas copy KV
+        # what a cached block is worth where it is: recomputed (or, when replicas copy KV,
+        # fetched) elsewhere, plus the dead copy left behind crowding a cache
         fetch = hints.transfer_tokens_per_s if hints is not None else 0.0
-        cached_speed = fetch if fetch > speed else speed
+        credit = bs / (fetch if fetch > speed else speed) + (self.copy_cost - 1.0) * bs / speed
         agent = self._agent(request)
         tenant = request.tenant
         e = self.agents.agents.get((tenant, agent))
@@ -115,7 +116,6 @@ class AgentRouter(Router):
                 # and its copy left behind as dead weight). Elsewhere at most the agent's anchor
                 # is cached, credited where the agent has run (not looked up: one lookup per
                 # decision on this path, the common one)
-                credit = bs / cached_speed + (self.copy_cost - 1.0) * bs / speed
                 best, best_cost = h, wait[h] - credit * m
                 ran = e.replicas if e is not None else 0
                 for i in order:
@@ -123,10 +123,10 @@ class AgentRouter(Router):
                     if c < best_cost:
                         best, best_cost = i, c
                 return best
-        return self._place(request, replicas, order, e, wait, bs, speed, cached_speed)
+        return self._place(request, replicas, order, e, wait, bs, speed, credit)
 
     def _place(self, request: RouteRequest, replicas: Sequence[ReplicaView], order: list[int], e,
-               wait: list[float], bs: int, speed: float, cached_speed: float) -> int:
+               wait: list[float], bs: int, speed: float, credit: float) -> int:
         """A new thread, or one whose context is gone: the least expected time to its first
         token, plus the share of its context the replica's live working set would push out."""
         n = len(replicas)
@@ -142,7 +142,6 @@ class AgentRouter(Router):
             spread_s = anchor * bs / speed
         ctx = request.prompt_tokens + request.output_tokens
         tenant, chain = request.tenant, request.hash_ids
-        credit = bs / cached_speed + (self.copy_cost - 1.0) * bs / speed
         best, best_cost = order[0], math.inf
         for i in order:
             v = replicas[i]

@@ -85,7 +85,6 @@ class ClusterSimulator:
             for i, sim in enumerate(self.sims):
                 sim.peers = peer_lookup(caches, i)
                 sim.net_bytes_s = transfer.bytes_s
-        self.transfer = transfer
         self.bs = config.block_size
         router.bind(cluster_hints(config, transfer))
         self.due: list[float | None] = [None] * n_replicas

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentrt.cache.block import GPU
+from agentrt.cache.block import gpu_run
 
 if TYPE_CHECKING:
     from agentrt.cache.radix import RadixKVCache
@@ -53,17 +53,8 @@ class PeerTransfer:
 
 def resident_depth(cache: "RadixKVCache", tenant: str, hash_ids: Sequence[int], n_full: int) -> int:
     """Length of the longest prefix of `hash_ids[:n_full]` on `cache`'s GPU tier."""
-    node = cache.roots.get(tenant)
-    if node is None:
-        return 0
-    d = 0
-    while d < n_full:
-        child = node.children.get(hash_ids[d])
-        if child is None or child.tier != GPU:
-            break
-        node = child
-        d += 1
-    return d
+    root = cache.roots.get(tenant)
+    return 0 if root is None else gpu_run(root, hash_ids, 0, n_full)[1]
 
 
 def peer_lookup(caches: Sequence["RadixKVCache"], me: int) -> PeerLookup:

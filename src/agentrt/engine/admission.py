@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentrt.cache.block import GPU
+from agentrt.cache.block import GPU, gpu_run
 from agentrt.engine.request import LOADING, PREFILL, Request
 from agentrt.runtime import events as ev
 
@@ -52,14 +52,7 @@ class CacheQueueView:
             if node is None:
                 return 0
             depth = 0
-        hids = call.hash_ids
-        n = call.n_full
-        while depth < n:
-            child = node.children.get(hids[depth])
-            if child is None or child.tier != GPU:
-                break
-            node = child
-            depth += 1
+        node, depth = gpu_run(node, call.hash_ids, depth, call.n_full)
         self._memo[call.rid] = (node, depth)
         return depth
 
@@ -172,8 +165,8 @@ class Admission:
                     r.ready_at = self._pcie_free
                     r.state = LOADING
                 if self.peers is not None and local < r.n_full:
-                    remote_tok = self._fetch_from_peers(r, lease, local, now) * bs
-                    remote_tok = min(local * bs + remote_tok, cap) - gpu_tok - host_tok
+                    fetched = self._fetch_from_peers(r, lease, local, now)
+                    remote_tok = min((local + fetched) * bs, cap) - gpu_tok - host_tok
                 if self._inflight and lease.gpu_hit:
                     self._wait_for_prefetch(r, lease, now)
                 m.block_touches += lease.gpu_hit + lease.host_hit
