@@ -141,6 +141,10 @@ def test_the_router_is_told_the_link_speed():
     assert sim.router.hints.transfer_tokens_per_s == pytest.approx(25e9 / kv)
     none = ClusterSimulator(config(400), 2, make_router("agent"), iter(two_calls()), lambda: make_policy("lru"))
     assert none.router.hints.transfer_tokens_per_s == 0.0
+    from agentrt.cluster.routing import ClusterHints
+    for bad in (-1.0, float("nan")):          # a deployment's setting (Ray's router options) is untrusted
+        with pytest.raises(ValueError, match="transfer_tokens_per_s must be >= 0"):
+            ClusterHints(block_size=16, transfer_tokens_per_s=bad)
 
 
 def test_run_cluster_and_simulate_take_the_link():

@@ -102,6 +102,8 @@ class ClusterHints:
             raise ValueError(f"block_size must be > 0, got {self.block_size}")
         if self.prefill_tokens_per_s <= 0:
             raise ValueError(f"prefill_tokens_per_s must be > 0, got {self.prefill_tokens_per_s}")
+        if not self.transfer_tokens_per_s >= 0:          # NaN too
+            raise ValueError(f"transfer_tokens_per_s must be >= 0 (0: no copying), got {self.transfer_tokens_per_s}")
 
 
 def load_of(v: ReplicaView) -> int:
