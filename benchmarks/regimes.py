@@ -55,9 +55,10 @@ def mean_prompt_blocks(trace: Path) -> float:
     return total / max(1, n) / BS
 
 
-def run(workload: str, tool: float, load: int, f: float, workflows: int, tmp: Path) -> dict:
-    trace = tmp / f"{workload}-t{tool:g}-c{load}.jsonl"
-    gen = ["agentrt", "generate", workload, "--workflows", str(workflows), "--seed", "0",
+def run(workload: str, tool: float, load: int, f: float, workflows: int, tmp: Path,
+        seed: int = 0) -> dict:
+    trace = tmp / f"{workload}-s{seed}-t{tool:g}-c{load}.jsonl"
+    gen = ["agentrt", "generate", workload, "--workflows", str(workflows), "--seed", str(seed),
            "--concurrency", str(load), "--tool-scale", f"{tool:g}", "-o", str(trace)]
     if not trace.exists():
         subprocess.run([sys.executable, "-m", "agentrt.cli", *gen[1:]], check=True,
@@ -70,7 +71,7 @@ def run(workload: str, tool: float, load: int, f: float, workflows: int, tmp: Pa
     subprocess.run([sys.executable, "-m", "agentrt.cli", *cmd[1:]], check=True, stdout=subprocess.DEVNULL)
     doc = json.loads(out.read_text())
     shown = [c if c != str(trace) else f"{workload}.jsonl" for c in cmd if c not in ("--json", str(out))]
-    return {"workload": workload, "tool_scale": tool, "concurrency": load, "capacity_factor": f,
+    return {"workload": workload, "seed": seed, "tool_scale": tool, "concurrency": load, "capacity_factor": f,
             "gpu_blocks": blocks, "generate": " ".join(shlex.quote(c) for c in gen).replace(str(trace), f"{workload}.jsonl"),
             "command": " ".join(shlex.quote(c) for c in shown), "seconds": time.time() - t0,
             "results": {p: {k: r.get(k) for k in ("hit_rate", "ttft_mean_s", "e2e_mean_s",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,10 +28,28 @@ EVENTS = [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("hel", 
 SSE = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in EVENTS) + b"data: [DONE]\n\n"
 
 
+class _Server(ThreadingHTTPServer):
+    """Joins its handler threads on close, and stays quiet about clients that went away.
+
+    The fault tests make clients disconnect mid-answer; a handler that then writes to the closed
+    socket must not print a traceback to whatever stderr is at that moment (a later test's
+    CliRunner captured one once). Any other handler error is still printed.
+    """
+    daemon_threads = False
+    block_on_close = True
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
+
+
 class FakeUpstream:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict, dict]] = []
         self.answers: dict[str, tuple[bytes, bytes]] = {}
+        self.stopping = threading.Event()    # wakes handlers told to hang, so close() can join them
+        self.connections: set[socket.socket] = set()   # open client connections (keep-alive)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,6 +57,14 @@ class FakeUpstream:
 
             def log_message(self, *a):
                 pass
+
+            def setup(self):
+                super().setup()
+                outer.connections.add(self.connection)
+
+            def finish(self):
+                outer.connections.discard(self.connection)
+                super().finish()
 
             def do_GET(self):
                 self._send(404, b'{"error": "no"}', "application/json")
@@ -78,7 +105,7 @@ class FakeUpstream:
                     self.wfile.write(b"0\r\n\r\n")
                     return
                 if mode == "hang":
-                    time.sleep(float(hdrs.get("x-hang", "5")))
+                    outer.stopping.wait(float(hdrs.get("x-hang", "5")))
                 if mode in ("json", "hang"):
                     return self._send(200, json.dumps(ANSWER).encode(), "application/json")
                 if mode == "gzip-json":
@@ -104,16 +131,21 @@ class FakeUpstream:
                     self.connection.shutdown(socket.SHUT_RDWR)
                 elif mode == "stream-hang":
                     self._chunk(events[0] + b"\n\n")
-                    time.sleep(float(hdrs.get("x-hang", "5")))
+                    outer.stopping.wait(float(hdrs.get("x-hang", "5")))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
+        self.stopping.set()
         self.server.shutdown()
-        self.server.server_close()
+        for c in list(self.connections):   # a kept-alive connection's handler waits on a read
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.server.server_close()    # joins every handler thread
 
 
 def start_serve(upstream_url: str, policy: str = "lru", **kw):

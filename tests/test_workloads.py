@@ -36,11 +36,11 @@ def by_workflow(calls) -> dict[str, list]:
 
 def test_all_generators_registered():
     names = workload_names()
-    for n in BENCHMARKS + LONG + ["mix", "team"]:
+    for n in BENCHMARKS + LONG + ["mix", "team", "random"]:
         assert n in names
 
 
-@pytest.mark.parametrize("name", BENCHMARKS + LONG + ["mix"])
+@pytest.mark.parametrize("name", BENCHMARKS + LONG + ["mix", "random"])
 def test_deterministic_by_seed(name):
     wl = get_workload(name)
     a = [json.dumps(c.to_json()) for c in wl.generate(GenConfig(workflows=12, seed=7))]
@@ -50,7 +50,7 @@ def test_deterministic_by_seed(name):
     assert a != c
 
 
-@pytest.mark.parametrize("name", BENCHMARKS + LONG + ["mix", "team"])
+@pytest.mark.parametrize("name", BENCHMARKS + LONG + ["mix", "team", "random"])
 @pytest.mark.parametrize("arrivals", [{"concurrency": 8}, {"rate": 2.0}])
 def test_generated_trace_passes_validator(tmp_path, name, arrivals):
     wl = get_workload(name)

@@ -26,10 +26,11 @@ def _ensure_builtin() -> None:
     from agentrt.workloads.mix import MixWorkload
     from agentrt.workloads.mmlu import MmluWorkload
     from agentrt.workloads.mtbench import MtbenchWorkload
+    from agentrt.workloads.randomapp import RandomAppWorkload
     from agentrt.workloads.swebench import SwebenchWorkload
     for cls in (TeamWorkload, HoverWorkload, SwebenchWorkload, FinancebenchWorkload, MmluWorkload,
                 MtbenchWorkload, GaiaWorkload, Gsm8kWorkload, HumanevalWorkload, MixWorkload,
-                CodingWorkload):
+                CodingWorkload, RandomAppWorkload):
         register(cls)
 
 

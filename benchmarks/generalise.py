@@ -1,0 +1,118 @@
+"""Applications no policy was written for: every policy against LRU and the oracle on random ones.
+
+    python benchmarks/generalise.py                   # 24 applications x 2 capacities (~15 min, 2 cores)
+    python benchmarks/generalise.py --apps 6 --jobs 1 # a quick subset
+    python benchmarks/generalise.py --docs-only       # re-render the table from the JSON
+
+Each application is `agentrt generate random --seed S` (S = 1..apps): the seed draws the agents,
+their tools, who sees whose messages, the routing between agents, fan-out and compaction
+(`agentrt.workloads.randomapp`), then 80 workflows of it, 8 at once, tool times as drawn. Memory
+follows the regime sweep's one rule (`benchmarks/regimes.py`): a GPU pool of f x concurrency x
+mean prompt blocks, f in {0.5, 1}. The policies and the training split are the regime sweep's
+(the first 25% of workflows train the learned policies; all are scored on the rest).
+
+Nothing here was tuned: the applications are drawn after the policies were written, and every
+drawn application is reported. Writes docs/results/generalise.json and the table between the
+`generalise` markers of docs/results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from regimes import AGENTRT, POLICIES, run, verdict  # noqa: E402
+from results import DOCS, write  # noqa: E402
+
+CAPACITY = [0.5, 1.0]
+LOAD = 8
+WORKFLOWS = 80
+OUT = DOCS / "results" / "generalise.json"
+
+
+def describe(seed: int) -> str:
+    from agentrt.workloads.randomapp import draw_app
+    return draw_app(seed).describe()
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| app (seed) | shape | f | GPU blocks | lru | pbkv-ta | best agentrt | best | oracle | "
+           "pbkv-ta / oracle | best / oracle | oracle / LRU | pbkv-ta - LRU (pts) |",
+           "| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        r = row["results"]
+        best, b, of_oracle, headroom, _ = verdict(row)
+        lru, ta, orc = (100 * r[p]["hit_rate"] for p in ("lru", "pbkv-ta", "oracle"))
+        out.append(f"| {row['seed']} | {describe(row['seed'])} | {row['capacity_factor']:g} | "
+                   f"{row['gpu_blocks']:,} | {lru:.1f} | {ta:.1f} | {best} | {100 * b:.1f} | {orc:.1f} | "
+                   f"{ta / orc if orc else 1.0:.2f} | {of_oracle:.2f} | {headroom:.2f} | {ta - lru:+.1f} |")
+    return "\n".join(out) + "\n\n" + summary(rows)
+
+
+def summary(rows: list[dict]) -> str:
+    def share(p: str, row: dict) -> float:
+        r = row["results"]
+        return r[p]["hit_rate"] / r["oracle"]["hit_rate"] if r["oracle"]["hit_rate"] else 1.0
+
+    lines = []
+    for p in AGENTRT:
+        gains = [100 * (row["results"][p]["hit_rate"] - row["results"]["lru"]["hit_rate"]) for row in rows]
+        of = [share(p, row) for row in rows]
+        below = sum(g < -0.5 for g in gains)
+        lines.append(f"| {p} | {statistics.median(gains):+.1f} | {min(gains):+.1f} | {max(gains):+.1f} | "
+                     f"{below} | {statistics.median(of):.2f} | {min(of):.2f} |")
+    inscope = [row for row in rows if verdict(row)[3] >= 1.3]
+    reached = [row for row in inscope if verdict(row)[2] >= 0.95]
+    ta_reached = [row for row in inscope if share("pbkv-ta", row) >= 0.95]
+    return ("Per policy over the " + f"{len(rows)} runs (hit rate minus LRU's in points; share of the oracle's hit rate):\n\n"
+            "| policy | median vs LRU | worst | best | runs > 0.5 pts below LRU | median / oracle | worst / oracle |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n" + "\n".join(lines) +
+            f"\n\nWhere the oracle reaches at least 1.3x LRU ({len(inscope)} runs), the best agentrt policy "
+            f"reaches 0.95x the oracle in {len(reached)} and pbkv-ta alone in {len(ta_reached)}.\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--apps", type=int, default=24, help="applications: seeds 1..APPS")
+    ap.add_argument("--jobs", type=int, default=2, help="runs at once (each is one process)")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/results.md")
+    ap.add_argument("--docs-only", action="store_true", help="re-render the table from the JSON")
+    a = ap.parse_args()
+    if a.apps < 1 or a.jobs < 1:
+        ap.error("--apps and --jobs must be >= 1")
+    if a.docs_only:
+        doc = json.loads(OUT.read_text())
+    else:
+        seeds = range(1, a.apps + 1)
+        with tempfile.TemporaryDirectory(prefix="agentrt-generalise-") as d, \
+                ThreadPoolExecutor(a.jobs) as pool:
+            tmp = Path(d)
+            # one job per application: its capacities run one after the other on one trace
+            futures = [pool.submit(lambda s: [run("random", 1.0, LOAD, f, WORKFLOWS, tmp, s) for f in CAPACITY], s)
+                       for s in seeds]
+            rows = []
+            for fut in futures:
+                for row in fut.result():
+                    rows.append(row)
+                    best, b, _, _, _ = verdict(row)
+                    r = row["results"]
+                    print(f"app {row['seed']:3d} f{row['capacity_factor']:g} {row['gpu_blocks']:>7,} blocks: "
+                          f"lru {100 * r['lru']['hit_rate']:.1f} pbkv-ta {100 * r['pbkv-ta']['hit_rate']:.1f} "
+                          f"{best} {100 * b:.1f} oracle {100 * r['oracle']['hit_rate']:.1f} "
+                          f"({row['seconds']:.0f} s)", flush=True)
+        doc = {"workflows": WORKFLOWS, "concurrency": LOAD, "policies": POLICIES, "rows": rows}
+        OUT.write_text(json.dumps(doc, indent=1))
+    if not a.no_docs:
+        write("generalise", "Built by `python benchmarks/generalise.py` (docs/results/generalise.json has "
+                            "every run's command); each row's trace is `agentrt generate random --workflows "
+                            f"{WORKFLOWS} --seed SEED --concurrency {LOAD}`.\n\n" + table(doc["rows"]))
+
+
+if __name__ == "__main__":
+    main()
