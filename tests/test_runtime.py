@@ -4,7 +4,8 @@ from agentrt.cache import RadixKVCache
 from agentrt.policies.lru import LRUPolicy
 from agentrt.runtime import events as ev
 from agentrt.runtime.policy import Policy
-from agentrt.runtime.runtime import AgentRuntime, anchor_agent
+from agentrt.runtime.identity import anchor_agent
+from agentrt.runtime.runtime import AgentRuntime
 from agentrt.runtime.state import AgentProfile, threads_of
 
 BS = 16

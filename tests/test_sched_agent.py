@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrt.runtime import events as ev
-from agentrt.runtime.runtime import anchor_agent
+from agentrt.runtime.identity import anchor_agent
 from agentrt.sched.agent import AgentScheduler, WorkflowSizes
 
 from sched_fakes import BS, View, info  # noqa: E402

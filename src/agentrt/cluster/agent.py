@@ -43,7 +43,7 @@ from collections.abc import Sequence
 
 from agentrt.cluster.profiles import AgentBook, WorkflowBook
 from agentrt.cluster.routing import ReplicaView, RouteRequest, Router
-from agentrt.runtime.runtime import anchor_agent
+from agentrt.runtime.identity import anchor_agent
 
 
 def rendezvous_order(tenant: str, agent: str, n: int) -> list[int]:

@@ -6,13 +6,8 @@ configured with the policy, and an exact KV pool (`vllm_blocks` x `block_size` t
 pool is small enough to evict on purpose. The same calls (the trace's evaluation split, cut to
 `max_calls` whole workflows) are replayed closed loop (`client.py`), then the server is stopped.
 
-Per policy, in the simulator's JSON schema (`bench/runner.py`):
-- hit_rate: the engine's own prefix-cache counters, hits / queries, deltas over the replay;
-  host_hit_rate: the external (connector) hits / queries; prefill_tokens: what the engine
-  computed (prompt tokens - cached tokens reported per response);
-- ttft, e2e and tpot (mean, p50, p90, p99, the simulator's fields): measured at the client, tpot
-  per call of more than one output token as (latency - ttft) / (output tokens - 1); throughput:
-  prompt plus generated tokens per second from the first issue to the last finish.
+Per policy, the simulator's JSON schema (`bench/runner.py`), filled by `summary.py`: hit rates
+from the engine's own prefix-cache counters, latencies measured at the client.
 Offline bounds (`belady`, `infinite`) are not engines: they are skipped here (use `--engine sim`).
 
 With a `scheduler` other than fcfs (`agentrt.sched`), stock vLLM (`lru`, fcfs) still runs first,
@@ -31,16 +26,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from agentrt.bench.runner import BenchOptions, plan_split
 from agentrt.bench.source import TraceSource
-from agentrt.engine.metrics import latency_stats
 from agentrt.engine.tool_hints import ToolHints
 from agentrt.enginebench import prom
 from agentrt.enginebench.client import ReplayResult, replay
 from agentrt.enginebench.priority import BenchPriorities
 from agentrt.enginebench.render import Renderer
+from agentrt.enginebench.summary import connector_stats, summarize
 from agentrt.errors import AgentrtError
 from agentrt.options import positive
 from agentrt.policies.registry import BOUNDS, check_names, policy_class
@@ -126,51 +119,6 @@ def cut_calls(calls, max_calls: int | None) -> list[Call]:
     return [c for c in calls if c.workflow in keep]
 
 
-def _mean(xs: list[float]) -> float | None:
-    return float(np.mean(xs)) if xs else None
-
-
-def summarize(res: ReplayResult, before: dict, after: dict, conn: dict | None) -> dict:
-    d = prom.delta(after, before)
-    q = d[prom.QUERIES] or 1.0
-    ok = [c for c in res.calls if c.error is None]
-    prompt = sum(c.prompt_tokens for c in ok)
-    cached = sum(c.cached_tokens for c in ok)
-    out_tok = sum(c.output_tokens for c in ok)
-    span = res.last_finish - (res.first_issue or 0.0)
-    ttft = [c.ttft_s for c in ok if c.ttft_s is not None]
-    # per call of more than one output token, as the simulator records it (engine/metrics.py)
-    tpot = [(c.latency_s - c.ttft_s) / (c.output_tokens - 1) for c in ok
-            if c.ttft_s is not None and c.output_tokens > 1]
-    return {
-        "hit_rate": d[prom.HITS] / q,
-        "host_hit_rate": d[prom.EXT_HITS] / q,
-        "prefill_tokens": prompt - cached,
-        **latency_stats(ttft, "ttft"), **latency_stats(res.e2e, "e2e"), **latency_stats(tpot, "tpot"),
-        "throughput_tok_s": (prompt + out_tok) / span if span > 0 else 0.0,
-        "calls": len(res.calls), "workflows": res.workflows, "errors": res.errors,
-        "prompt_tokens": prompt, "cached_tokens": cached, "output_tokens": out_tok,
-        "client_hit_rate": cached / prompt if prompt else 0.0,
-        "latency_mean_s": _mean([c.latency_s for c in ok]),
-        "makespan_s": span,
-        "engine_counters": d,
-        "connector": conn,
-    }
-
-
-def _connector_stats(path: Path) -> dict | None:
-    from agentrt.vllm.eventlog import read_events
-    stats = read_events(str(path), "stats")
-    errors = read_events(str(path), "error")
-    if not stats and not errors:
-        return None
-    out = dict(stats[-1]) if stats else {}
-    for k in ("t", "pid", "role", "event"):
-        out.pop(k, None)
-    out["errors"] = [e.get("error") or e.get("unknown_keys") for e in errors]
-    return out
-
-
 async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBenchOptions,
                    progress, priorities: BenchPriorities | None = None) -> tuple[ReplayResult, dict, dict]:
     import httpx
@@ -250,7 +198,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
                 res, before, after = asyncio.run(_run_one(srv, calls, renderer, opts, cb, prios))
             finally:
                 srv.stop()
-            r = results[label] = summarize(res, before, after, _connector_stats(ev_path))
+            r = results[label] = summarize(res, before, after, connector_stats(ev_path))
             r.update(policy=name, scheduler=sched_name,
                      scheduling_policy="priority" if prios is not None else "fcfs",
                      priorities=prios.stats() if prios is not None else None)

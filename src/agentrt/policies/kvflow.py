@@ -25,7 +25,7 @@ from agentrt.runtime import events as ev
 from agentrt.runtime.actions import Prefetch
 from agentrt.runtime.state import threads_of
 from agentrt.runtime.policy import Policy, Prediction
-from agentrt.runtime.runtime import call_agent
+from agentrt.runtime.identity import call_agent
 
 FAR = 1 << 20
 

@@ -45,7 +45,7 @@ def samples_from_calls(calls: Iterable[Call], block_size: int, *, anchor_tokens:
     the input. With `max_workflows`, reading stops once that many workflows are complete and no
     workflow is still open among the first `max_workflows` ones.
     """
-    from agentrt.runtime.runtime import call_agent
+    from agentrt.runtime.identity import call_agent
 
     order: dict[str, int] = {}
     open_: dict[str, WorkflowSample] = {}

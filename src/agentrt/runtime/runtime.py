@@ -4,8 +4,7 @@ Engines (the simulator, the vLLM connector, the server) create one runtime aroun
 feed it events; the cache ranks blocks through it. The runtime does what every agent-aware policy
 needs, once:
 - identity: the agent named by the trace or request, else one inferred from the prompt's anchor
-  (the hash id of its leading `anchor_tokens`, i.e. the system prompt), so frameworks that send no
-  metadata still get agents;
+  (`identity.py`), so frameworks that send no metadata still get agents;
 - workflow lifecycles: a table of live workflows (agent path, threads, calls in flight), dropped
   when a workflow ends or stays silent for `silent_after_s` with nothing in flight;
 - bounded state: at most `max_workflows_per_tenant` open workflows per tenant and `max_workflows`
@@ -23,10 +22,9 @@ needs, once:
   (`branches.py`).
 Then it forwards the event to the policy. Warm-up calls are forwarded but never learned from.
 
-Silence sweep: `sweep(now)` ends the workflows silent for `silent_after_s`; it runs every 256
-events and engines also call it on a timer (an idle server gets no events). Idle workflows are
-kept in order of their last activity, so a sweep or a cap costs what it ends, not all workflows.
-Time is passed in (`now`), never read here, and assumed non-decreasing per runtime.
+Silence sweep: `sweep(now)` ends the workflows silent for `silent_after_s`, every 256 events and
+on the engines' timers. Idle workflows are kept in order of last activity, so a sweep or a cap
+costs what it ends. Time is passed in (`now`), never read here, non-decreasing per runtime.
 """
 
 from __future__ import annotations
@@ -36,25 +34,9 @@ from collections.abc import Callable
 
 from agentrt.runtime import events as ev
 from agentrt.runtime.branches import untag_dead_branch
+from agentrt.runtime.identity import anchor_agent
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.state import AgentProfile, Thread, WorkflowState, tag_block
-
-
-def anchor_agent(hash_ids: list[int], input_length: int, block_size: int,
-                 anchor_tokens: int = 256) -> str:
-    """The agent a prompt's anchor names: the chained hash id that covers its first
-    `anchor_tokens` tokens (fewer if the prompt is shorter), so equal system prompts agree."""
-    if not hash_ids:
-        return "anchor:none"
-    n_full = input_length // block_size
-    k = max(1, anchor_tokens // block_size)
-    n = max(1, min(k, n_full)) if n_full else 1
-    return f"anchor:{hash_ids[n - 1]}"
-
-
-def call_agent(c, block_size: int, anchor_tokens: int = 256) -> str:
-    """The agent of a trace `Call`, explicit or inferred exactly as the runtime infers it."""
-    return c.agent or anchor_agent(c.hash_ids, c.input_length, block_size, anchor_tokens)
 
 
 class AgentRuntime:

@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from agentrt.runtime import events as ev
-from agentrt.runtime.runtime import anchor_agent
+from agentrt.runtime.identity import anchor_agent
 from agentrt.runtime.window import SampleWindow
 from agentrt.sched.base import DEFAULT_MAX_HOLD_S, DEFAULT_MAX_WAIT_S, Scheduler
 from agentrt.sched.contexts import LiveContexts

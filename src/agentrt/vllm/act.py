@@ -12,11 +12,16 @@
   the prefetch never evicts its own prefix, and touched after. A path whose parent is not on the
   GPU is useless to vLLM's prefix match and is skipped.
 - `WarmUp` needs a new request, which only a server can send (`agentrt serve`): counted only.
+- `run(h, so)`: after a schedule step, asks the runtime for its actions (timed as runtime time)
+  and carries them out, counting each kind.
 """
 
 from __future__ import annotations
 
+import time
+
 from agentrt.cache.block import GPU, HOST, host_run
+from agentrt.runtime.actions import Prefetch, WarmUp
 
 
 class EngineView:
@@ -122,3 +127,22 @@ def _load(h, path: list, depth: int) -> None:
     h.watch([b.block_id for b in blocks])
     host.stats.prefetched += len(path)
     h._dirty = True
+
+
+def run(h, so) -> None:
+    """The runtime's actions after schedule step `so`, carried out on hosted runtime `h`."""
+    view = EngineView(h, so)
+    t0 = time.perf_counter()
+    try:
+        actions = list(h.runtime.act(view.now, view))
+    finally:
+        h.runtime_time.add(time.perf_counter() - t0)
+    for a in actions:
+        if type(a) is WarmUp:
+            h.counts["warmup_actions"] += 1   # the server's job: the connector cannot send requests
+        elif type(a) is Prefetch:
+            h.counts["prefetch_actions"] += 1
+            if h.host is not None:
+                h.counts["prefetched_blocks"] += prefetch(h, a)
+            else:
+                h.counts["prefetch_ignored"] += 1

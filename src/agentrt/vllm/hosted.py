@@ -36,7 +36,6 @@ import logging
 import time
 
 from agentrt.runtime import events as ev
-from agentrt.runtime.actions import Prefetch, WarmUp
 from agentrt.runtime.runtime import AgentRuntime
 from agentrt.vllm import act
 from agentrt.vllm.config import ConnectorConfig
@@ -294,7 +293,7 @@ class HostedRuntime(MirrorEvictions, RuntimeStats):
         self._flush_evictions()
         self.maybe_sweep(self.now())
         if self.policy.acts:
-            self._act(scheduler_output)
+            act.run(self, scheduler_output)
             self._flush_evictions()          # what prefetches evicted
         self.before_alloc()
 
@@ -312,20 +311,3 @@ class HostedRuntime(MirrorEvictions, RuntimeStats):
     def end_step(self) -> StepPlan | None:
         """This step's host copies for the worker (also after a failure: committed loads must run)."""
         return self.host.end_step() if self.host is not None else None
-
-    def _act(self, so) -> None:
-        view = act.EngineView(self, so)
-        t0 = time.perf_counter()
-        try:
-            actions = list(self.runtime.act(view.now, view))
-        finally:
-            self.runtime_time.add(time.perf_counter() - t0)
-        for a in actions:
-            if type(a) is WarmUp:
-                self.counts["warmup_actions"] += 1   # the server's job: the connector cannot send requests
-            elif type(a) is Prefetch:
-                self.counts["prefetch_actions"] += 1
-                if self.host is not None:
-                    self.counts["prefetched_blocks"] += act.prefetch(self, a)
-                else:
-                    self.counts["prefetch_ignored"] += 1

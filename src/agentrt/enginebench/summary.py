@@ -1,0 +1,66 @@
+"""One engine run's figures, in the simulator's JSON schema: the engine's own prefix-cache counters
+(deltas of its Prometheus metrics over the replay), latencies measured at the client, and the
+connector's last `stats` event and errors from its event log.
+
+- hit_rate: hits / queries of the engine's counters; host_hit_rate: external (connector) hits /
+  queries; prefill_tokens: prompt tokens minus the cached tokens each response reports;
+- ttft, e2e, tpot (mean, p50, p90, p99): tpot per call of more than one output token, as
+  (latency - ttft) / (output tokens - 1), as the simulator records it (engine/metrics.py);
+- throughput: prompt plus generated tokens per second from the first issue to the last finish.
+Failed calls (an error recorded by the client) count in `calls` and `errors`, not in the figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from agentrt.engine.metrics import latency_stats
+from agentrt.enginebench import prom
+from agentrt.enginebench.client import ReplayResult
+
+
+def _mean(xs: list[float]) -> float | None:
+    return float(np.mean(xs)) if xs else None
+
+
+def summarize(res: ReplayResult, before: dict, after: dict, conn: dict | None) -> dict:
+    d = prom.delta(after, before)
+    q = d[prom.QUERIES] or 1.0
+    ok = [c for c in res.calls if c.error is None]
+    prompt = sum(c.prompt_tokens for c in ok)
+    cached = sum(c.cached_tokens for c in ok)
+    out_tok = sum(c.output_tokens for c in ok)
+    span = res.last_finish - (res.first_issue or 0.0)
+    ttft = [c.ttft_s for c in ok if c.ttft_s is not None]
+    # per call of more than one output token, as the simulator records it (engine/metrics.py)
+    tpot = [(c.latency_s - c.ttft_s) / (c.output_tokens - 1) for c in ok
+            if c.ttft_s is not None and c.output_tokens > 1]
+    return {
+        "hit_rate": d[prom.HITS] / q,
+        "host_hit_rate": d[prom.EXT_HITS] / q,
+        "prefill_tokens": prompt - cached,
+        **latency_stats(ttft, "ttft"), **latency_stats(res.e2e, "e2e"), **latency_stats(tpot, "tpot"),
+        "throughput_tok_s": (prompt + out_tok) / span if span > 0 else 0.0,
+        "calls": len(res.calls), "workflows": res.workflows, "errors": res.errors,
+        "prompt_tokens": prompt, "cached_tokens": cached, "output_tokens": out_tok,
+        "client_hit_rate": cached / prompt if prompt else 0.0,
+        "latency_mean_s": _mean([c.latency_s for c in ok]),
+        "makespan_s": span,
+        "engine_counters": d,
+        "connector": conn,
+    }
+
+
+def connector_stats(path: Path) -> dict | None:
+    from agentrt.vllm.eventlog import read_events
+    stats = read_events(str(path), "stats")
+    errors = read_events(str(path), "error")
+    if not stats and not errors:
+        return None
+    out = dict(stats[-1]) if stats else {}
+    for k in ("t", "pid", "role", "event"):
+        out.pop(k, None)
+    out["errors"] = [e.get("error") or e.get("unknown_keys") for e in errors]
+    return out
