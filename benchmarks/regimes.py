@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import DOCS, REPO, write  # noqa: E402
+from results import DOCS, write  # noqa: E402
 
 WORKLOADS = ["coding", "swebench", "gaia", "hover", "financebench", "humaneval", "mtbench", "mmlu",
              "gsm8k", "mix"]
@@ -56,7 +56,7 @@ def mean_prompt_blocks(trace: Path) -> float:
 
 
 def run(workload: str, tool: float, load: int, f: float, workflows: int, tmp: Path,
-        seed: int = 0) -> dict:
+        seed: int = 0, policies: list[str] | None = None) -> dict:
     trace = tmp / f"{workload}-s{seed}-t{tool:g}-c{load}.jsonl"
     gen = ["agentrt", "generate", workload, "--workflows", str(workflows), "--seed", str(seed),
            "--concurrency", str(load), "--tool-scale", f"{tool:g}", "-o", str(trace)]
@@ -66,7 +66,7 @@ def run(workload: str, tool: float, load: int, f: float, workflows: int, tmp: Pa
     blocks = max(64, int(math.ceil(f * load * mean_prompt_blocks(trace))))
     out = tmp / f"{trace.stem}-f{f:g}.json"
     cmd = ["agentrt", "bench", "--trace", str(trace), "--gpu-blocks", str(blocks),
-           "--policies", ",".join(POLICIES), "--quiet", "--json", str(out)]
+           "--policies", ",".join(policies or POLICIES), "--quiet", "--json", str(out)]
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "agentrt.cli", *cmd[1:]], check=True, stdout=subprocess.DEVNULL)
     doc = json.loads(out.read_text())
