@@ -185,12 +185,8 @@ def test_bench_transfer_flag_end_to_end(tmp_path):
 
 
 def test_the_transfer_benchmark_renders_its_table_and_reads_the_pooled_reference(tmp_path, monkeypatch):
-    import importlib.util
-    bench_dir = REPO / "benchmarks"
-    monkeypatch.syspath_prepend(str(bench_dir))
-    spec = importlib.util.spec_from_file_location("router_transfer_bench", bench_dir / "router_transfer.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from bench_scripts import load_script
+    mod = load_script(monkeypatch, "router_transfer")
 
     def fig(saved, remote=0.0, p99=1.0):
         return {"saved": saved, "remote_hit_rate": remote, "ttft_p99_s": p99}

@@ -3,19 +3,7 @@ table counts what it says it counts."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def load(monkeypatch):
-    bench_dir = REPO / "benchmarks"
-    monkeypatch.syspath_prepend(str(bench_dir))
-    spec = importlib.util.spec_from_file_location("generalise_bench", bench_dir / "generalise.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from bench_scripts import load_script
 
 
 def row(mod, seed: int, f: float, hits: dict[str, float]) -> dict:
@@ -25,7 +13,7 @@ def row(mod, seed: int, f: float, hits: dict[str, float]) -> dict:
 
 
 def test_table_and_summary_count_what_they_say(monkeypatch):
-    mod = load(monkeypatch)
+    mod = load_script(monkeypatch, "generalise")
     rows = [row(mod, 1, 0.5, {"lru": 0.20, "pbkv-ta": 0.29, "kvflow": 0.19, "oracle": 0.30}),   # in scope, 0.97
             row(mod, 1, 1.0, {"lru": 0.50, "pbkv-ta": 0.52, "oracle": 0.55}),                   # out of scope
             row(mod, 2, 0.5, {"lru": 0.10, "pbkv-ta": 0.12, "cachesage": 0.13, "oracle": 0.15})]  # in, best 0.87
@@ -37,7 +25,7 @@ def test_table_and_summary_count_what_they_say(monkeypatch):
 
 
 def test_a_random_application_runs_through_the_regime_path(monkeypatch, tmp_path):
-    mod = load(monkeypatch)
+    mod = load_script(monkeypatch, "generalise")
     r = mod.run("random", 1.0, 4, 0.5, 12, tmp_path, seed=3)
     assert r["seed"] == 3 and "--seed 3" in r["generate"]
     assert set(r["results"]) == set(mod.POLICIES)

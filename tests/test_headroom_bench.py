@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def load(monkeypatch):
-    bench_dir = REPO / "benchmarks"
-    monkeypatch.syspath_prepend(str(bench_dir))
-    spec = importlib.util.spec_from_file_location("headroom_bench", bench_dir / "headroom.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from bench_scripts import load_script
 
 
 def row(w: str, t: float, f: float, lru: float, ta: float, orc: float) -> dict:
@@ -23,7 +11,7 @@ def row(w: str, t: float, f: float, lru: float, ta: float, orc: float) -> dict:
 
 
 def test_picks_the_largest_gain_and_counts_workloads_at_2x(monkeypatch):
-    mod = load(monkeypatch)
+    mod = load_script(monkeypatch, "headroom")
     rows = [row("a", 1.0, 0.5, 0.20, 0.30, 0.35),     # 1.5x
             row("a", 4.0, 0.25, 0.10, 0.21, 0.30),    # 2.1x: picked; oracle 3.0x, also the largest
             row("b", 1.0, 1.0, 0.50, 0.55, 0.70),     # 1.1x; oracle 1.4x
@@ -38,7 +26,7 @@ def test_picks_the_largest_gain_and_counts_workloads_at_2x(monkeypatch):
 
 
 def test_one_point_runs_with_three_policies(monkeypatch, tmp_path):
-    mod = load(monkeypatch)
+    mod = load_script(monkeypatch, "headroom")
     r = mod.run("hover", 1.0, 4, 0.5, 8, tmp_path, policies=mod.POLICIES)
     assert set(r["results"]) == set(mod.POLICIES)
     assert "--policies lru,pbkv-ta,oracle" in r["command"]
