@@ -1,0 +1,31 @@
+"""benchmarks/router_generalise.py: the table and its counts say what they claim; one real run."""
+
+from __future__ import annotations
+
+from bench_scripts import load_script
+
+
+def fig(hit: float, p99: float = 1.0, imb: float = 1.0) -> dict:
+    return {"hit_rate": hit, "ttft_p99_s": p99, "imbalance": imb}
+
+
+def test_table_counts_the_targets(monkeypatch):
+    mod = load_script(monkeypatch, "router_generalise")
+    base = {"round-robin": fig(0.1), "least-loaded": fig(0.1), "session": fig(0.2)}
+    runs = [{"seed": 1, "replicas": 4, "ceiling_hit_rate": 0.5,
+             "routers": {**base, "prefix": fig(0.20, 2.0, 1.1), "agent": fig(0.26, 1.5, 1.3)}},   # 1.3x, p99 ok, imbalanced
+            {"seed": 2, "replicas": 8, "ceiling_hit_rate": 0.6,
+             "routers": {**base, "prefix": fig(0.40, 1.0, 1.0), "agent": fig(0.36, 1.2, 1.1)}}]   # 0.9x, p99 worse
+    text = mod.markdown({"runs": runs})
+    assert "| 1.30 | 2.00 / 1.50 | 1.10 / 1.30 |" in text
+    assert "median 1.10 (0.90-1.30), at least 1.3x in 1; agent's TTFT p99 no worse than prefix's in 1; " \
+           "agent's imbalance <= 1.2 in 1. Highest hit rate: prefix 1, agent 1." in text
+
+
+def test_one_application_runs_every_router(monkeypatch):
+    mod = load_script(monkeypatch, "router_generalise")
+    monkeypatch.setattr(mod, "PER", 4)
+    r = mod.run_app(3, 2)
+    assert r["seed"] == 3 and r["replicas"] == 2 and set(r["routers"]) == set(mod.ROUTERS)
+    assert all(0.0 <= x["hit_rate"] <= 1.0 and x["calls"] == r["calls"] for x in r["routers"].values())
+    assert 0.0 < r["ceiling_hit_rate"] <= 1.0
