@@ -71,6 +71,7 @@ def bad_values(tmp):
     return [
         (["bench", "--workflows", "0"], "--workflows must be > 0, got 0"),
         (["bench", "--concurrency", "0"], "--concurrency must be > 0, got 0"),
+        (["bench", "--seed", "-1"], "--seed must be >= 0, got -1"),
         (["bench", "--gpu-blocks", "-5"], "--gpu-blocks must be > 0"),
         (["bench", "--time-scale", "0"], "--time-scale must be > 0"),
         (["bench", "--train-fraction", "1.5"], "--train-fraction must be in [0, 1)"),
@@ -106,6 +107,8 @@ def test_other_commands_check_their_values_and_paths(monkeypatch, capsys, tmp_pa
     cases = [
         (["generate", "mix", "-o", f, "--block-size", "0"], "--block-size must be > 0, got 0"),
         (["generate", "mix", "-o", f, "--workflows", "0"], "--workflows must be > 0"),
+        (["generate", "random", "-o", f, "--seed", "-1"], "--seed must be >= 0, got -1"),
+        (["train", "--workload", "mix", "-o", f, "--seed", "-1"], "--seed must be >= 0, got -1"),
         (["generate", "mix", "-o", f, "--tool-scale", "0"], "--tool-scale must be > 0"),
         (["generate", "mix", "-o", d], f"-o {d}: is a directory"),
         (["generate", "mix", "-o", f, "--rate", "1", "--concurrency", "2"], "either --rate or --concurrency"),

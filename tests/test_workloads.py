@@ -186,3 +186,10 @@ def test_signal_informs_but_does_not_reveal_the_next_step(name):
     assert with_signal > path_only + 0.02
     assert with_signal < 0.99
     assert noisy < with_signal
+
+
+def test_gen_config_refuses_a_negative_seed():
+    # numpy's generators take no negative seed: refused here with a message, not deep inside a run
+    with pytest.raises(ValueError, match="seed must be >= 0, got -1"):
+        GenConfig(seed=-1)
+    assert GenConfig(seed=0).seed == 0

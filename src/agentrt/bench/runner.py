@@ -58,6 +58,7 @@ class BenchOptions:
         positive(self.max_batch_tokens, "max_batch_tokens", cli)
         positive(self.max_running, "max_running", cli)
         positive(self.tool_hints, "tool_hints", cli, allow_zero=True)
+        positive(self.seed, "seed", cli, allow_zero=True)
         if self.train_fraction is not None and not 0.0 <= self.train_fraction < 1.0:
             raise AgentrtError(f"{flag('train_fraction', cli)} must be in [0, 1), got {self.train_fraction}")
         if self.train_path is not None:

@@ -79,6 +79,8 @@ def train(
         raise AgentrtError(f"--epochs must be >= 1, got {epochs}")
     if workflows < 1:
         raise AgentrtError(f"--workflows must be >= 1, got {workflows}")
+    if seed < 0:
+        raise AgentrtError(f"--seed must be >= 0, got {seed}")
     if not 0.0 <= train_fraction < 1.0:
         raise AgentrtError(f"--train-fraction must be in [0, 1), got {train_fraction}")
     if trace is not None:

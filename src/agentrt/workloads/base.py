@@ -55,6 +55,8 @@ class GenConfig:
     def __post_init__(self) -> None:
         if self.workflows <= 0:
             raise ValueError(f"workflows must be > 0, got {self.workflows}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
         if self.rate is not None and self.rate <= 0:
             raise ValueError(f"rate must be > 0, got {self.rate}")
         if self.concurrency is not None and self.concurrency <= 0:

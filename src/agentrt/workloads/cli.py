@@ -64,6 +64,8 @@ def generate(
     _arrivals(rate, concurrency)
     if workflows <= 0:
         raise AgentrtError(f"--workflows must be > 0, got {workflows}")
+    if seed < 0:
+        raise AgentrtError(f"--seed must be >= 0, got {seed}")
     if block_size <= 0:
         raise AgentrtError(f"--block-size must be > 0, got {block_size}")
     positive(tool_scale, "tool_scale", cli=True)
