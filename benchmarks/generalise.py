@@ -30,15 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from regimes import AGENTRT, POLICIES, run, verdict  # noqa: E402
 from results import DOCS, write  # noqa: E402
 
+from agentrt.workloads.randomapp import draw_app  # noqa: E402
+
 CAPACITY = [0.5, 1.0]
 LOAD = 8
 WORKFLOWS = 80
 OUT = DOCS / "results" / "generalise.json"
-
-
-def describe(seed: int) -> str:
-    from agentrt.workloads.randomapp import draw_app
-    return draw_app(seed).describe()
 
 
 def table(rows: list[dict]) -> str:
@@ -49,7 +46,7 @@ def table(rows: list[dict]) -> str:
         r = row["results"]
         best, b, of_oracle, headroom, _ = verdict(row)
         lru, ta, orc = (100 * r[p]["hit_rate"] for p in ("lru", "pbkv-ta", "oracle"))
-        out.append(f"| {row['seed']} | {describe(row['seed'])} | {row['capacity_factor']:g} | "
+        out.append(f"| {row['seed']} | {draw_app(row['seed']).describe()} | {row['capacity_factor']:g} | "
                    f"{row['gpu_blocks']:,} | {lru:.1f} | {ta:.1f} | {best} | {100 * b:.1f} | {orc:.1f} | "
                    f"{ta / orc if orc else 1.0:.2f} | {of_oracle:.2f} | {headroom:.2f} | {ta - lru:+.1f} |")
     return "\n".join(out) + "\n\n" + summary(rows)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from agentrt.trace.reader import TraceReader
 from agentrt.workloads.ag2 import Ag2Importer, import_ag2
 from agentrt.workloads.stats import trace_stats
 from agentrt.workloads.tokens import estimate_tokens
+from trace_helpers import by_workflow
 
 SHARED = Path(os.environ["AGENTRT_SHARED"]) if os.environ.get("AGENTRT_SHARED") else \
     Path(__file__).resolve().parents[2] / "shared"
@@ -47,12 +47,6 @@ def write(dirpath: Path, name: str, obj) -> Path:
     p.write_text(obj if isinstance(obj, str) else json.dumps(obj))
     return p
 
-
-def by_workflow(calls) -> dict[str, list]:
-    out: dict[str, list] = defaultdict(list)
-    for c in calls:
-        out[c.workflow].append(c)
-    return out
 
 
 def assert_threads_extend(calls, bs: int) -> int:

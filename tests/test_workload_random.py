@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from agentrt.workloads.base import GenConfig
 from agentrt.workloads.randomapp import MAX_STEPS, draw_app
 from agentrt.workloads.registry import get_workload
+from trace_helpers import by_workflow
 
 BS = 16
 
@@ -14,12 +13,6 @@ BS = 16
 def calls(seed: int, workflows: int = 30) -> list:
     return list(get_workload("random").generate(GenConfig(workflows=workflows, seed=seed)))
 
-
-def by_workflow(cs) -> dict[str, list]:
-    out: dict[str, list] = defaultdict(list)
-    for c in cs:
-        out[c.workflow].append(c)
-    return out
 
 
 def test_seeds_draw_different_applications_across_the_space():

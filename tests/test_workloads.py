@@ -14,6 +14,7 @@ from agentrt.trace.writer import write_trace
 from agentrt.workloads.base import GenConfig
 from agentrt.workloads.registry import get_workload, workload_names
 from agentrt.workloads.stats import compute_stats
+from trace_helpers import by_workflow
 
 BENCHMARKS = ["hover", "swebench", "financebench", "mmlu", "mtbench", "gaia", "gsm8k", "humaneval"]
 DYNAMIC = [n for n in BENCHMARKS if n != "financebench"]
@@ -26,12 +27,6 @@ def calls_of(name: str, workflows: int = 150, seed: int = 0, noise: float = 0.3)
     cfg = GenConfig(workflows=workflows, seed=seed, noise=noise)
     return tuple(get_workload(name).generate(cfg))
 
-
-def by_workflow(calls) -> dict[str, list]:
-    out: dict[str, list] = defaultdict(list)
-    for c in calls:
-        out[c.workflow].append(c)
-    return out
 
 
 def test_all_generators_registered():
