@@ -20,7 +20,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from agentrt import __version__, defaults
 from agentrt.errors import AgentrtError
 from agentrt.bench.cli_spec import DEFAULT_POLICIES, DEFAULT_VLLM_POLICIES, bench_spec
-from agentrt.options import scheduler_options  # noqa: F401 - serve's CLI imports it from here
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="agentrt: agent-aware KV-cache policies for LLM serving.")

@@ -69,7 +69,7 @@ def serve(
         Salts.from_sources(cache_salt_secret_file)          # fail at start on a bad secret
     except AuthError as e:
         raise AgentrtError(str(e)) from None
-    from agentrt.cli import scheduler_options      # the same checks as `agentrt bench --scheduler`
+    from agentrt.options import scheduler_options  # the same checks as `agentrt bench --scheduler`
     sopts = scheduler_options(scheduler, max_wait, tenant_weights)
     try:
         cfg = ServeConfig(upstream, policy, parse_options(set_, policy), block_chars=block_chars,
