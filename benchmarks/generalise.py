@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from regimes import AGENTRT, POLICIES, run, verdict  # noqa: E402
-from results import DOCS, write  # noqa: E402
+from results import DOCS, check_jobs, sweep_flags, write  # noqa: E402
 
 from agentrt.workloads.randomapp import draw_app  # noqa: E402
 
@@ -77,12 +77,9 @@ def summary(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--apps", type=int, default=24, help="applications: seeds 1..APPS")
-    ap.add_argument("--jobs", type=int, default=2, help="runs at once (each is one process)")
-    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/results.md")
-    ap.add_argument("--docs-only", action="store_true", help="re-render the table from the JSON")
+    sweep_flags(ap, json_name="docs/results/generalise.json")
     a = ap.parse_args()
-    if a.apps < 1 or a.jobs < 1:
-        ap.error("--apps and --jobs must be >= 1")
+    check_jobs(ap, a, apps=a.apps)
     if a.docs_only:
         doc = json.loads(OUT.read_text())
     else:

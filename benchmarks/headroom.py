@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from regimes import WORKLOADS, run  # noqa: E402
-from results import DOCS, write  # noqa: E402
+from results import DOCS, check_jobs, sweep_flags, write  # noqa: E402
 
 POLICIES = ["lru", "pbkv-ta", "oracle"]
 CAPACITY = [0.25, 0.5, 0.75, 1.0, 1.5]
@@ -78,12 +78,9 @@ def scan_table(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--jobs", type=int, default=2, help="runs at once (each is one process)")
-    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/results.md")
-    ap.add_argument("--docs-only", action="store_true", help="re-render the table from the JSON")
+    sweep_flags(ap, json_name="docs/results/headroom.json")
     a = ap.parse_args()
-    if a.jobs < 1:
-        ap.error("--jobs must be >= 1")
+    check_jobs(ap, a)
     if a.docs_only:
         rows = json.loads(OUT.read_text())["rows"]
     else:

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import DOCS, write  # noqa: E402
+from results import DOCS, sweep_flags, write  # noqa: E402
 
 WORKLOADS = ["coding", "swebench", "gaia", "hover", "financebench", "humaneval", "mtbench", "mmlu",
              "gsm8k", "mix"]
@@ -113,10 +113,8 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--workflows", type=int, default=100)
-    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/results.md")
-    ap.add_argument("--docs-only", action="store_true",
-                    help="rebuild the docs table from docs/results/regimes/*.json without running")
+    ap.add_argument("--workflows", type=int, default=80, help="per trace (the published table's 80)")
+    sweep_flags(ap, json_name="docs/results/regimes/*.json", jobs=False)
     a = ap.parse_args()
     outdir = DOCS / "results" / "regimes"
     outdir.mkdir(parents=True, exist_ok=True)

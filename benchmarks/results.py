@@ -157,6 +157,23 @@ def write(part: str, section: str) -> None:
     path.write_text(f"{head}{start}\n{body}\n{end}{tail}")
 
 
+def sweep_flags(ap: argparse.ArgumentParser, *, json_name: str, jobs: bool = True) -> None:
+    """The flags the sweep scripts share: --no-docs, --docs-only (re-render from `json_name`, run
+    nothing) and, for sweeps that run in parallel, --jobs (checked >= 1 by `check_jobs`)."""
+    if jobs:
+        ap.add_argument("--jobs", type=int, default=2, help="runs at once (one process each)")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite the docs")
+    ap.add_argument("--docs-only", action="store_true",
+                    help=f"re-render the docs from {json_name}, running nothing")
+
+
+def check_jobs(ap: argparse.ArgumentParser, a: argparse.Namespace, **counts: int) -> None:
+    """Refuse (argparse's one-line error) --jobs and any other count given here below 1."""
+    for name, v in {"jobs": a.jobs, **counts}.items():
+        if v < 1:
+            ap.error(f"--{name} must be >= 1, got {v}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["tables", "real", "summary", "all"], default="all")

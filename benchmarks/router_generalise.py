@@ -25,6 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import check_jobs, sweep_flags  # noqa: E402
 from routers import CONC, ceiling, config, row, write_between  # noqa: E402
 
 from agentrt.bench.source import workload_source  # noqa: E402
@@ -85,12 +86,9 @@ def markdown(doc: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--apps", type=int, default=24, help="applications: seeds 1..APPS")
-    ap.add_argument("--jobs", type=int, default=2, help="runs at once (one process each)")
-    ap.add_argument("--no-docs", action="store_true")
-    ap.add_argument("--docs-only", action="store_true")
+    sweep_flags(ap, json_name="docs/results/router_generalise.json")
     a = ap.parse_args()
-    if a.apps < 1 or a.jobs < 1:
-        ap.error("--apps and --jobs must be >= 1")
+    check_jobs(ap, a, apps=a.apps)
     if a.docs_only:
         doc = json.loads(OUT.read_text())
     else:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from regimes import AGENTRT  # noqa: E402
-from results import DOCS, write  # noqa: E402
+from results import DOCS, sweep_flags, write  # noqa: E402
 from tails import rows, trace_of  # noqa: E402
 
 
@@ -107,9 +107,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-ratio", type=float, default=1.3, help="regimes where the oracle is at least this x LRU")
     ap.add_argument("--sigmas", default="0,0.5,1", help="lognormal errors of the announced tool times")
-    ap.add_argument("--no-docs", action="store_true", help="print the table; write neither JSON nor docs")
-    ap.add_argument("--docs-only", action="store_true",
-                    help="rebuild the docs table from docs/results/tool_hints.json, running nothing")
+    sweep_flags(ap, json_name="docs/results/tool_hints.json", jobs=False)
     a = ap.parse_args()
     sigmas = [float(x) for x in a.sigmas.split(",")]
     if a.docs_only:

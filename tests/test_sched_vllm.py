@@ -269,7 +269,9 @@ async def _finish_order(base: str, priorities: list[int]) -> list[int] | None:
     order given, each with its priority; returns the priorities in the order they finished."""
     import httpx
     done: list[int] = []
+    finished_at: dict[int, float] = {}
     started = asyncio.Event()
+    t0 = time.monotonic()
 
     async def blocker(client):
         # as long as the model allows (63 blocks of 32 tokens), so the others surely queue behind it
@@ -282,11 +284,14 @@ async def _finish_order(base: str, priorities: list[int]) -> list[int] | None:
                     started.set()
 
     async def one(client, p: int, k: int):
-        body = {"model": "agentrt-test", "prompt": [30 + k] * 16, "max_tokens": 4, "ignore_eos": True,
+        # 16 decode steps each, so that on a starved machine two requests run one after the other
+        # do not finish within the client's scheduling jitter of each other
+        body = {"model": "agentrt-test", "prompt": [30 + k] * 16, "max_tokens": 16, "ignore_eos": True,
                 "priority": p}
         r = await client.post(base + "/v1/completions", json=body)
         assert r.status_code == 200, r.text
         done.append(p)
+        finished_at[p] = time.monotonic() - t0
 
     async with httpx.AsyncClient(timeout=300) as client:
         b = asyncio.ensure_future(blocker(client))
@@ -304,6 +309,8 @@ async def _finish_order(base: str, priorities: list[int]) -> list[int] | None:
             if not queued:
                 await asyncio.sleep(0.02)
         await asyncio.gather(b, *tasks)
+    if queued and done != sorted(done):
+        print("finish times (s after start):", {p: round(t, 3) for p, t in finished_at.items()})
     return done if queued else None
 
 
