@@ -40,6 +40,7 @@ START, END = "<!-- router-generalise:start -->", "<!-- router-generalise:end -->
 ROUTERS = ["round-robin", "least-loaded", "prefix", "session", "agent"]
 REPLICAS = [4, 8]
 PER = 40
+LOADED = 0.5      # the mean busy share above which the balance of busy time is reported apart
 
 
 def run_app(seed: int, n: int) -> dict:
@@ -57,11 +58,11 @@ def run_app(seed: int, n: int) -> dict:
 def markdown(doc: dict) -> str:
     runs = doc["runs"]
     head = ("| app (seed) | shape | N | ceiling | " + " | ".join(ROUTERS) +
-            " | agent / prefix | TTFT p99 prefix / agent (s) | imbalance prefix / agent |")
+            " | agent / prefix | TTFT p99 prefix / agent (s) | imbalance prefix / agent | agent busy, mean / max (%) |")
     out = [f"Built by `python benchmarks/router_generalise.py` (docs/results/router_generalise.json); "
            f"each application's trace is `agentrt generate random --seed SEED --workflows {PER} x N "
            f"--concurrency {CONC} x N`. Token hit rates in %.", "", head,
-           "|" + "---|" * (len(ROUTERS) + 7)]
+           "|" + "---|" * (len(ROUTERS) + 8)]
     ratio, p99_ok, bal_ok = [], 0, 0
     for r in runs:
         h = r["routers"]
@@ -74,13 +75,38 @@ def markdown(doc: dict) -> str:
                    f"{100 * r['ceiling_hit_rate']:.1f} | "
                    + " | ".join(f"{100 * h[x]['hit_rate']:.1f}" for x in ROUTERS)
                    + f" | {q:.2f} | {p['ttft_p99_s']:.2f} / {a['ttft_p99_s']:.2f} | "
-                     f"{p['imbalance']:.2f} / {a['imbalance']:.2f} |")
+                     f"{p['imbalance']:.2f} / {a['imbalance']:.2f} | {busy_cell(a)} |")
     best = [max(ROUTERS, key=lambda x: r["routers"][x]["hit_rate"]) for r in runs]
+    busy = [(busy_share(r["routers"]["agent"]), r["routers"]["agent"]["imbalance"],
+             r["routers"]["agent"]["ttft_p99_s"] <= r["routers"]["prefix"]["ttft_p99_s"] * 1.001) for r in runs]
+    off = [(b, ok) for b, imb, ok in busy if b is not None and imb > 1.2]
+    loaded = [imb for b, imb, _ in busy if b is not None and b[0] >= LOADED]
     out += ["", f"Over the {len(runs)} runs: `agent` / `prefix` hit rate median {statistics.median(ratio):.2f} "
                 f"({min(ratio):.2f}-{max(ratio):.2f}), at least 1.3x in {sum(q >= 1.3 for q in ratio)}; "
                 f"agent's TTFT p99 no worse than prefix's in {p99_ok}; agent's imbalance <= 1.2 in {bal_ok}. "
                 "Highest hit rate: " + ", ".join(f"{x} {best.count(x)}" for x in ROUTERS if best.count(x)) + "."]
+    if off:
+        out[-1] += (f" Where agent's imbalance is above 1.2 ({len(off)} runs) its replicas are busy "
+                    f"{100 * min(b[0] for b, _ in off):.0f}-{100 * max(b[0] for b, _ in off):.0f}% of the run on "
+                    f"average, the busiest at most {100 * max(b[1] for b, _ in off):.0f}%, and its TTFT p99 is "
+                    f"no worse than prefix's in {sum(ok for _, ok in off)}; where they are busy "
+                    f"at least {100 * LOADED:.0f}% on average ({len(loaded)} runs), its imbalance is <= 1.2 "
+                    f"in {sum(imb <= 1.2 for imb in loaded)}.")
     return "\n".join(out)
+
+
+def busy_share(fig: dict) -> tuple[float, float] | None:
+    """(mean, max) over replicas of busy time / the run's makespan; None if the row lacks them."""
+    reps, span = fig.get("replicas"), fig.get("makespan_s")
+    if not reps or not span:
+        return None
+    busy = [x["busy_s"] for x in reps]
+    return sum(busy) / len(busy) / span, max(busy) / span
+
+
+def busy_cell(fig: dict) -> str:
+    b = busy_share(fig)
+    return "-" if b is None else f"{100 * b[0]:.0f} / {100 * b[1]:.0f}"
 
 
 def main() -> None:
