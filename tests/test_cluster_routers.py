@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from agentrt.cluster.agent import AgentRouter, rendezvous_order
+from agentrt.cluster.agent import AgentRouter, rendezvous_order, shared_blocks
 from agentrt.cluster.cli import register_commands
 from agentrt.cluster.registry import make_router, router_names
 from agentrt.cluster.routing import ClusterHints, ReplicaView, RouteRequest, Router
@@ -158,6 +158,44 @@ def test_agent_leaves_an_overloaded_home():
     r.on_finished(q, 0, 0.1)
     views[0].queued_tokens = 500_000            # many seconds of prefill queued at home
     assert r.route(req("w", call=1), views, 1.0) != 0
+
+
+def test_agent_keeps_parallel_instances_with_the_one_computing_their_prefix():
+    r = bound("agent")
+    views = [FakeView(), FakeView(), FakeView()]
+    fork = (1, 2, 3, 4, 5, 6)                   # instances forked from one history: one chain
+    first = req("w", agent="worker", chain=fork)
+    home = r.route(first, views, 0.0)
+    r.on_routed(first, home, 0.0)
+    views[home].queued_tokens = 500_000         # its prefill queued there, nothing cached yet
+    second = req("w", agent="worker", chain=fork + (9,), call=1)
+    assert r.route(second, views, 0.0) == home  # joins it rather than recompute the prefix
+    r.on_routed(second, home, 0.0)
+    r.on_finished(first, home, 1.0)             # one still in flight: still a parallel instance
+    assert r.route(req("w", agent="worker", chain=fork, call=2), views, 1.0) == home
+    r.on_finished(second, home, 1.0)            # none in flight: the usual rules, home is loaded
+    assert r.route(req("w", agent="worker", chain=fork, call=3), views, 2.0) != home
+
+
+def test_agent_instances_sharing_only_the_anchor_are_placed_apart():
+    r = bound("agent")
+    views = [FakeView(ids={1, 2}), FakeView(ids={1, 2}), FakeView(ids={1, 2})]
+    for k, wf in enumerate(("w1", "w2")):       # two workflows confirm the anchor (1, 2)
+        q = req(wf, agent="worker", chain=(1, 2, 10 + k))
+        r.on_routed(q, 2, 0.0)
+        r.on_finished(q, 2, 0.1)
+    first = req("w", agent="worker", chain=(1, 2, 3, 4))
+    r.on_routed(first, 0, 1.0)
+    views[0].queued_tokens = 500_000
+    other = req("w", agent="worker", chain=(1, 2, 7, 8), call=1)   # a different task, same agent
+    assert r.route(other, views, 1.0) != 0
+
+
+def test_shared_blocks_of_chained_prompts():
+    assert shared_blocks([1, 2, 3, 4], [1, 2, 3, 9], 10) == 3
+    assert shared_blocks([1, 2, 3], [1, 2, 3, 4], 10) == 3
+    assert shared_blocks([1, 2, 3], [1, 2, 3], 2) == 2       # only full blocks count
+    assert shared_blocks([5], [1], 10) == 0 and shared_blocks([], [1], 10) == 0
 
 
 def test_agent_places_by_load_when_nothing_is_cached():

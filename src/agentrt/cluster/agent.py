@@ -12,6 +12,11 @@ to a workload)
   the home's cache until it ages out. Elsewhere at most the agent's anchor is cached; it is
   credited on replicas the agent has run on, without a lookup, so this path (most calls of a
   running workflow) costs one prefix lookup. This is migration off an overloaded home.
+- A parallel instance (a call of a thread that already has one in flight, sharing more than the
+  agent's anchor with it: a fan-out forked from one history) goes where that call went. The
+  shared prefix is being computed there, and the instances' results are joined, so the queue
+  the first one waits in is already on the workflow's path: another replica would only compute
+  the shared prefix again and keep a second copy of it (without this, most fan-outs split).
 - Otherwise (a new thread, or one whose home evicted its context: nothing is lost by moving it)
   the call is placed at the least
       wait(r) - 2 x cached(r) + (1 - capacity(r) / (footprint(r) + context)) x context
@@ -44,6 +49,19 @@ from collections.abc import Sequence
 from agentrt.cluster.profiles import AgentBook, WorkflowBook
 from agentrt.cluster.routing import ReplicaView, RouteRequest, Router
 from agentrt.runtime.identity import anchor_agent
+
+
+def shared_blocks(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """Blocks two chained prompts share, among their first `limit` (chained ids: equal at i means
+    equal at every j < i, so a bisection finds it)."""
+    lo, hi = 0, min(len(a), len(b), limit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[mid - 1] == b[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def rendezvous_order(tenant: str, agent: str, n: int) -> list[int]:
@@ -110,6 +128,8 @@ class AgentRouter(Router):
         if t is not None and 0 <= t.replica < n:
             h = t.replica
             m = replicas[h].cached_blocks(tenant, request.hash_ids)
+            if t.inflight > 0 and shared_blocks(request.hash_ids, t.chain, request.prompt_tokens // bs) > max(m, anchor):
+                return h              # a parallel instance: joins the one computing its prefix
             if m > anchor:
                 # the thread's context is resident at home: stay unless the wait there exceeds an
                 # alternative's by more than the cache given up, counted twice (recomputed now,
@@ -162,7 +182,7 @@ class AgentRouter(Router):
         e = self.agents.see(request.tenant, agent, request.workflow, request.hash_ids, request.prompt_tokens)
         e.replicas |= 1 << replica
         self.workflows.routed(request.tenant, request.workflow, agent, replica, now,
-                              request.prompt_tokens + request.output_tokens)
+                              request.prompt_tokens + request.output_tokens, request.hash_ids)
 
     def on_finished(self, request: RouteRequest, replica: int, now: float) -> None:
         self.workflows.finished(request.tenant, request.workflow, self._agent(request), now)

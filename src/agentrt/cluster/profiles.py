@@ -6,7 +6,8 @@
   sum of prompt tokens, so shares follow a changing mix). At most `max_agents` agents, least
   recently seen dropped first.
 - `WorkflowBook`: per live workflow, its threads (one per agent: the replica its latest call ran
-  on, its context size, whether a call is in flight), and per replica the footprint of the live
+  on, its context size, how many calls are in flight and the latest one's prompt chain while
+  any is), and per replica the footprint of the live
   threads placed there (the working set its cache must hold to keep them). Dropped at the workflow's end, after `silent_after_s`
   without a call in flight, or when more than `max_workflows` are live (least recently active
   first), so its size is bounded whatever the engine reports.
@@ -89,12 +90,13 @@ class AgentBook:
 
 
 class ThreadEntry:
-    __slots__ = ("replica", "inflight", "tokens")
+    __slots__ = ("replica", "inflight", "tokens", "chain")
 
     def __init__(self, replica: int) -> None:
         self.replica = replica
         self.inflight = 0
         self.tokens = 0                   # its context after its latest call (prompt + output)
+        self.chain: Sequence[int] = ()    # the latest call's prompt chain while a call is in flight
 
 
 class WorkflowEntry:
@@ -136,7 +138,7 @@ class WorkflowBook:
         return self.live.get((tenant, workflow))
 
     def routed(self, tenant: str, workflow: str, agent: str, replica: int, now: float,
-               tokens: int = 0) -> None:
+               tokens: int = 0, chain: Sequence[int] = ()) -> None:
         key = (tenant, workflow)
         w = self.live.get(key)
         if w is None:
@@ -147,6 +149,7 @@ class WorkflowBook:
         if t is None:
             t = w.threads[agent] = ThreadEntry(-1)
         self._move(t, replica, tokens)
+        t.chain = chain
         t.inflight += 1
         w.inflight += 1
         w.home = replica
@@ -160,6 +163,8 @@ class WorkflowBook:
         t = w.threads.get(agent)
         if t is not None and t.inflight > 0:
             t.inflight -= 1
+            if t.inflight == 0:
+                t.chain = ()
         if w.inflight > 0:
             w.inflight -= 1
         w.last_seen = now
