@@ -1,6 +1,5 @@
 """PBKV in small exact scenarios, with a fixed stub predictor."""
 
-import numpy as np
 import pytest
 
 from agentrt.cache import HOST, RadixKVCache

@@ -1,6 +1,5 @@
 """PBKV-TA (time-aware PBKV) and dead-branch untagging, in small exact scenarios."""
 
-import numpy as np
 import pytest
 
 from agentrt.cache import RadixKVCache

@@ -86,7 +86,7 @@ def test_split_is_by_workflow_seeded_and_complete():
 def test_markov_deterministic_chain_is_exact():
     m = MarkovPredictor(horizon=4, eps=0.0).fit([wf("w", "a b c")] * 3)
     out = m.predict_batch([PathState(["a"]), PathState(["b"]), PathState([])])
-    a, b, c, end = 0, 1, 2, 3
+    b, c, end = 1, 2, 3          # agents a, b, c and END, in that order
     assert np.array_equal(out[0].argmax(axis=1), [b, c, end, end]) and np.allclose(out[0].max(axis=1), 1)
     assert np.allclose(out[1, :, end], [0, 1, 1, 1]) and out[1, 0, c] == 1.0
     assert np.allclose(out[2, 0], [1, 0, 0, 0]) and out[2, 3, end] == 1.0   # empty path: start
