@@ -1,0 +1,122 @@
+"""The server's act loop: between user calls the policy may act, and a `WarmUp` becomes a real
+upstream request (mixed into `RuntimeBridge`, whose state it reads).
+
+Model
+- `run` waits for a wake-up (the last in-flight call ended) or `act_interval_s`, then `act_once`:
+  nothing while a user call or a warm-up is in flight; otherwise `runtime.act(now, view)` on the
+  server's estimate of the engine (`view.py`), and each `WarmUp` is sent while no user call has
+  arrived in the meantime. Other actions have nothing to act on here and are counted as ignored.
+- A warm-up is the agent's anchor plus a minimal user message with max_tokens=1 (`warmup_body`),
+  a workflow of its own under the agent's tenant and `cache_salt`, marked `agentrt_warmup` so the
+  engine does not learn from it, at `WARMUP_PRIORITY` when a scheduler sets priorities. The
+  runtime sees it arrive and finish like any call; a failed or refused warm-up is counted and
+  the next act tries again.
+- `sweep_loop` ends silent workflows on a timer, so an idle server cleans up too. The clock is
+  read here and passed in; runtime calls go through the bridge's guard (never fail a request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from agentrt.runtime import events as ev
+from agentrt.runtime.actions import WarmUp
+from agentrt.serve.blocks import warmup_body
+from agentrt.serve.identity import Identity, forward_body
+from agentrt.serve.metrics import usage_tokens
+from agentrt.serve.view import ServerView
+from agentrt.vllm.priority import WARMUP_PRIORITY
+
+log = logging.getLogger("agentrt.serve")
+Post = Callable[[str, dict], Awaitable[tuple[int | str, dict | None]]]
+
+
+class ActLoop:
+    """Mixed into `RuntimeBridge`: reads its runtime, metrics, cache estimate, scheduler, templates,
+    salts, clock and guard, and its in-flight / warming counters."""
+
+    def start(self, post: Post) -> asyncio.Future:
+        return asyncio.ensure_future(asyncio.gather(self.run(post), self.sweep_loop()))
+
+    async def sweep_loop(self, interval_s: float = 5.0) -> None:
+        """End workflows silent for the runtime's `silent_after_s` (and release their state) on a
+        timer, so an idle server cleans up too; the clock is read here and passed in."""
+        while True:
+            await asyncio.sleep(interval_s)
+            self._guard("sweep", self.runtime.sweep, self.clock())
+
+    @staticmethod
+    async def stop(task: asyncio.Task) -> None:
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, Exception):
+            pass
+
+    async def run(self, post: Post) -> None:
+        """The act loop: runs until cancelled; does nothing for policies that never act."""
+        if not self.runtime.policy.acts:
+            return
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.act_interval_s)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.act_once(post)
+            except Exception:        # a bug here must not stop the loop for good
+                self._report("act_loop")
+
+    async def act_once(self, post: Post) -> int:
+        if self.in_flight or self.warming:
+            return 0
+        view = ServerView(self.clock(), True, self.block_chars, self.cache)
+        actions = self._guard("act", self.runtime.act, view.now, view, default=[]) or []
+        sent = 0
+        for a in actions:
+            if not isinstance(a, WarmUp):
+                self.metrics.actions_ignored.labels(self.policy_name, type(a).__name__).inc()
+            elif not self.in_flight:
+                sent += await self._warm(a, post)
+        return sent
+
+    async def _warm(self, a: WarmUp, post: Post) -> int:
+        t = self._templates.get((a.tenant, a.agent))
+        body = self._guard("warmup", warmup_body, t, list(a.hash_ids)) if t is not None else None
+        if body is None:
+            self.metrics.warmup(a.agent, "skipped", None)
+            return 0
+        # a workflow of its own that ends with it; `agentrt_warmup` tells the engine not to learn from it
+        ident = Identity(a.agent, f"warmup:{a.agent}", a.tenant, end=True)
+        wid = ident.key
+        body = forward_body(body, ident, a.agent, salt=self.salts(a.tenant), warmup=True)
+        if self.scheduler.active:
+            body["priority"] = WARMUP_PRIORITY
+        info = ev.CallInfo(next(self._rid), wid, a.agent, a.tenant, 0, list(a.hash_ids),
+                           len(a.hash_ids) * self.block_chars, 1, self.block_chars, warmup=True)
+        self._guard("observe", self.runtime.observe, ev.CallArrived(self.clock(), info))
+        self.warming = True
+        try:
+            status, resp = await post(t.path, body)
+        except Exception as e:   # the upstream is down: count it, the next act tries again
+            log.warning("warm-up for %s failed: %s", a.agent, e)
+            status, resp = "unreachable", None
+        finally:
+            self.warming = False
+        self._guard("observe", self.runtime.observe, ev.CallFinished(self.clock(), info, None))
+        usage = resp.get("usage") if isinstance(resp, dict) else None
+        self.metrics.warmup(a.agent, "ok" if status == 200 else "error", usage)
+        if status == 200:
+            self.warmups_sent += 1
+            prompt, cached = usage_tokens(usage)
+            self.cache.add_work((prompt or 0) - cached + 1)
+            self.cache.record(a.tenant, list(a.hash_ids))
+        self.recent.append({"workflow": wid, "agent": a.agent, "agent_source": "policy",
+                            "tenant": a.tenant, "workflow_source": "warmup", "end": False,
+                            "endpoint": t.path, "status": status,
+                            "prompt_tokens": usage_tokens(usage)[0],
+                            "cached_tokens": usage_tokens(usage)[1], "warmup": True})
+        return 1 if status == 200 else 0
