@@ -56,7 +56,9 @@ def mean_prompt_blocks(trace: Path) -> float:
 
 
 def run(workload: str, tool: float, load: int, f: float, workflows: int, tmp: Path,
-        seed: int = 0, policies: list[str] | None = None) -> dict:
+        seed: int = 0, policies: list[str] | None = None, extra: tuple[str, ...] = ()) -> dict:
+    """One regime: generate the trace (once per temp dir), size the memory, run `agentrt bench`
+    with `policies` and any `extra` bench arguments (e.g. a scheduler)."""
     trace = tmp / f"{workload}-s{seed}-t{tool:g}-c{load}.jsonl"
     gen = ["agentrt", "generate", workload, "--workflows", str(workflows), "--seed", str(seed),
            "--concurrency", str(load), "--tool-scale", f"{tool:g}", "-o", str(trace)]
@@ -64,9 +66,10 @@ def run(workload: str, tool: float, load: int, f: float, workflows: int, tmp: Pa
         subprocess.run([sys.executable, "-m", "agentrt.cli", *gen[1:]], check=True,
                        stdout=subprocess.DEVNULL)
     blocks = max(64, int(math.ceil(f * load * mean_prompt_blocks(trace))))
-    out = tmp / f"{trace.stem}-f{f:g}.json"
+    tag = "".join(x.strip("-") for x in extra)
+    out = tmp / f"{trace.stem}-f{f:g}{'-' + tag if tag else ''}.json"
     cmd = ["agentrt", "bench", "--trace", str(trace), "--gpu-blocks", str(blocks),
-           "--policies", ",".join(policies or POLICIES), "--quiet", "--json", str(out)]
+           "--policies", ",".join(policies or POLICIES), *extra, "--quiet", "--json", str(out)]
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "agentrt.cli", *cmd[1:]], check=True, stdout=subprocess.DEVNULL)
     doc = json.loads(out.read_text())

@@ -82,6 +82,17 @@ def test_bench_with_a_shared_chunk_cap_records_it(tmp_path):
     assert json.loads(out.read_text())["config"]["scheduler_options"]["shared_chunk_tokens"] == 0
 
 
+def test_no_prefix_hold_is_for_the_agent_scheduler_and_recorded(tmp_path):
+    p = agentrt("bench", "--workload", "mtbench", "--workflows", "10", "--scheduler", "lpm",
+                "--no-prefix-hold", "--quiet")
+    one_line_error(p, "--no-prefix-hold", "agent")
+    out = tmp_path / "r.json"
+    p = agentrt("bench", "--workload", "mtbench", "--workflows", "10", "--scheduler", "agent",
+                "--no-prefix-hold", "--policies", "lru", "--quiet", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["config"]["scheduler_options"]["prefix_hold"] is False
+
+
 def test_bad_max_wait_and_bad_weights_are_one_line_errors():
     p = agentrt("bench", "--workload", "mtbench", "--workflows", "10", "--scheduler", "las", "--max-wait", "-1",
                 "--quiet")

@@ -114,7 +114,8 @@ def parse_policy_options(items: list[str], policies: list[str]) -> dict:
 
 
 def scheduler_options(name: str, max_wait: float | None, tenant_weights: str | None,
-                      max_hold: float | None = None, shared_chunk_tokens: int | None = None) -> dict:
+                      max_hold: float | None = None, shared_chunk_tokens: int | None = None,
+                      prefix_hold: bool = True) -> dict:
     """Check `--scheduler` and its options before any replay; the scheduler's keyword options."""
     from agentrt.sched.registry import make_scheduler
     opts: dict = {}
@@ -134,6 +135,10 @@ def scheduler_options(name: str, max_wait: float | None, tenant_weights: str | N
         if shared_chunk_tokens < 0:
             raise AgentrtError(f"--shared-chunk-tokens must be >= 0 (0: no cap), got {shared_chunk_tokens}")
         opts["shared_chunk_tokens"] = shared_chunk_tokens
+    if not prefix_hold:
+        if name != "agent":
+            raise AgentrtError("--no-prefix-hold applies to --scheduler agent only")
+        opts["prefix_hold"] = False
     make_scheduler(name, **opts)
     return opts
 

@@ -29,7 +29,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                predictor_noise: float, set_: list[str], scheduler: str, max_wait: float | None,
                max_hold: float | None, tenant_weights: str | None, replicas: int = 1,
                router: str | None = None, shared_chunk_tokens: int | None = None,
-               tool_hints: float | None = None, transfer_gbps: float | None = None):
+               tool_hints: float | None = None, transfer_gbps: float | None = None,
+               prefix_hold: bool = True):
     """The bench run the command line asks for, with the defaults filled in and every value
     checked (`BenchSpec.validate`); nothing generated or replayed yet."""
     from agentrt.bench.runner import BenchOptions
@@ -76,7 +77,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                         time_scale=time_scale, train_path=str(train) if train else None,
                         policy_options=popts, scheduler=scheduler, tool_hints=tool_hints,
                         scheduler_options=scheduler_options(scheduler, max_wait, tenant_weights,
-                                                            max_hold, shared_chunk_tokens))
+                                                            max_hold, shared_chunk_tokens, prefix_hold))
     spec = BenchSpec(policies=names, trace=trace,
                      workload=(workload or defaults.RUN_WORKLOAD) if trace is None else None,
                      workflows=workflows, tool_scale=tool_scale, options=opts, json_path=json_path,

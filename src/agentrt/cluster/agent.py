@@ -49,19 +49,7 @@ from collections.abc import Sequence
 from agentrt.cluster.profiles import AgentBook, WorkflowBook
 from agentrt.cluster.routing import ReplicaView, RouteRequest, Router
 from agentrt.runtime.identity import anchor_agent
-
-
-def shared_blocks(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    """Blocks two chained prompts share, among their first `limit` (chained ids: equal at i means
-    equal at every j < i, so a bisection finds it)."""
-    lo, hi = 0, min(len(a), len(b), limit)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[mid - 1] == b[mid - 1]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+from agentrt.trace.chain import shared_blocks
 
 
 def rendezvous_order(tenant: str, agent: str, n: int) -> list[int]:

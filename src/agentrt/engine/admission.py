@@ -127,7 +127,7 @@ class Admission:
             if defers and not resumed and sched.may_hold(r.arrival, now):
                 self._view.now = now
                 if sched.defer(info, r.arrival, self._view):
-                    t = r.arrival + sched.max_hold_s
+                    t = sched.held_until(info, r.arrival)
                     wake = t if wake is None or t < wake else wake
                     i += 1
                     continue

@@ -45,6 +45,8 @@ class RequestLifecycle:
             self.metrics.block_touches += inserted
             if self._events:
                 self._observe(ev.PromptCached(now, r.info, r.lease.node, inserted))
+            if self.sched.defers and self.sched.wakes_on_prefill():
+                self._admit_blocked = False     # a call held for this prompt may go now
         if not r.ttft_done:
             r.ttft_done = True
             r.first_token_at = now

@@ -21,8 +21,11 @@ Model
   contexts (their working set, `contexts.py`, shared prefixes counted once) plus its own
   uncached prompt and output would not fit in the GPU pool beside what running requests hold:
   starting it would evict the context of a workflow that is only waiting on a tool, which then
-  pays its prefill again. Calls of live workflows are never held. The pool size is the engine's,
+  pays its prefill again. Calls of live workflows are not held for this. The pool size is the engine's,
   so there is nothing to tune; `max_hold_s` bounds the hold (`base.py`).
+- A call whose next uncached block is in a prompt being computed (a parallel instance forked
+  from the same history as one just admitted, `inflight.py`) is held until that prompt is
+  cached, then finds it: the shared prefix is computed once. Bounded by `max_wait_s`.
 - When the best call does not fit, later calls are admitted into free blocks only (`base.py`):
   a cold call never evicts the cache that a blocked warm call waits for.
 - `max_wait_s` bounds every call's wait, as for every scheduler.
@@ -38,6 +41,7 @@ from agentrt.runtime.identity import anchor_agent
 from agentrt.runtime.window import SampleWindow
 from agentrt.sched.base import DEFAULT_MAX_HOLD_S, DEFAULT_MAX_WAIT_S, Scheduler
 from agentrt.sched.contexts import LiveContexts
+from agentrt.sched.inflight import InflightPrefixes
 from agentrt.sched.service import AttainedService
 
 
@@ -67,7 +71,7 @@ class AgentScheduler(Scheduler):
 
     def __init__(self, max_wait_s: float = DEFAULT_MAX_WAIT_S, seed: int = 0,
                  max_hold_s: float = DEFAULT_MAX_HOLD_S, window: int = 512,
-                 max_classes: int = 4096) -> None:
+                 max_classes: int = 4096, prefix_hold: bool = True) -> None:
         super().__init__(max_wait_s, seed, max_hold_s)
         if window <= 0:
             raise ValueError(f"window must be > 0, got {window}")
@@ -77,8 +81,14 @@ class AgentScheduler(Scheduler):
         self.classes: dict[tuple[str, str], WorkflowSizes] = {}
         self.workflow_class: dict[tuple[str, str], tuple[str, str]] = {}
         self.live = LiveContexts()
+        self.prefix_hold = prefix_hold             # False: the scheduler as it was before the hold
+        self.inflight = InflightPrefixes()
+        self._held_on_prefix: set[int] = set()      # rids held until a prompt being computed is cached
 
     def observe(self, e) -> None:
+        self.inflight.observe(e)
+        if type(e) is ev.CallAdmitted or type(e) is ev.CallFinished:
+            self._held_on_prefix.discard(e.call.rid)
         if type(e) is ev.CallArrived:
             c = e.call
             k = (c.tenant, c.workflow)
@@ -113,11 +123,27 @@ class AgentScheduler(Scheduler):
         return sizes.remaining(a) if sizes is not None else float(a)
 
     def defer(self, call, arrival, view) -> bool:
-        if call.warmup or (call.tenant, call.workflow) in self.live or not self.live.workflows:
+        if call.warmup:
+            return False
+        cached = view.cached_blocks(call)
+        if (self.prefix_hold and self.inflight and view.now - arrival <= self.max_wait_s
+                and self.inflight.computing_next(call, cached)):
+            self._held_on_prefix.add(call.rid)
+            return True
+        self._held_on_prefix.discard(call.rid)
+        if (call.tenant, call.workflow) in self.live or not self.live.workflows:
             return False
         bs = call.block_size
-        own = call.n_full - view.cached_blocks(call) + -(-call.output_length // bs) + 1
+        own = call.n_full - cached + -(-call.output_length // bs) + 1
         return len(self.live) + own > view.capacity_blocks - view.reserved_blocks
+
+    def wakes_on_prefill(self) -> bool:
+        return bool(self._held_on_prefix)
+
+    def held_until(self, call, arrival: float) -> float:
+        if call.rid in self._held_on_prefix:
+            return arrival + self.max_wait_s     # the hold's own bound (a prefill normally ends it)
+        return arrival + self.max_hold_s
 
     def key(self, call, arrival, view):
         uncached = call.input_length - view.cached_blocks(call) * call.block_size
@@ -127,4 +153,5 @@ class AgentScheduler(Scheduler):
         return (self.expected_remaining(call) + prefill_left, arrival)
 
     def state_bytes(self) -> int:
-        return 200 * len(self.workflow_class) + 16 * sum(len(s) for s in self.classes.values())
+        return (200 * len(self.workflow_class) + 16 * sum(len(s) for s in self.classes.values())
+                + 100 * len(self.inflight))

@@ -93,6 +93,15 @@ class Scheduler:
         `max_hold_s`)."""
         return False
 
+    def held_until(self, call: "CallInfo", arrival: float) -> float:
+        """When a call `defer` just held must be asked again even if no event comes."""
+        return arrival + self.max_hold_s
+
+    def wakes_on_prefill(self) -> bool:
+        """Whether a prompt entering the cache may release a held call (`defer`): the engine then
+        runs an admission pass after each prefill, not only after arrivals and finishes."""
+        return False
+
     def batch_key(self, call: "CallInfo", arrival: float, prefill_left: int):
         """Sort key of an admitted call that still prefills (only with `shapes_batch`)."""
         return arrival

@@ -13,6 +13,8 @@ huge trace may go unnoticed (documented in docs/traces.md).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentrt.trace.limits import show
 
 CHAIN_IDS = 1 << 19      # 524,288 ids remembered (tens of MB at most)
@@ -76,3 +78,16 @@ class ChainCheck:
             if k != p:
                 return i, h, p, k
         return None
+
+
+def shared_blocks(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """Blocks two chained prompts share, among their first `limit` (chained ids: equal at i means
+    equal at every j < i, so a bisection finds it)."""
+    lo, hi = 0, min(len(a), len(b), limit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[mid - 1] == b[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
