@@ -264,69 +264,78 @@ def test_serve_command_checks_the_scheduler():
 PRIORITY_SERVER = dict(num_blocks=64, scheduling_policy="priority", extra_args=("--max-num-seqs", "1"))
 
 
-async def _finish_order(base: str, priorities: list[int]) -> list[int] | None:
+# The order the engine ran the queued requests in is read from the engine itself, not from when
+# their responses reach the client: a busy API server process delivers responses in bursts, in
+# any order (CI saw [1, 5, 9, -2]). The request of rank r (1 = first in priority order) sends a
+# chain of r shared 32-token blocks (one engine block each) and a block of its own, so run in
+# priority order, rank r finds the r - 1 blocks of rank r - 1 cached and no more; any other
+# order shows in some request's cached tokens. Token ids differ per attempt (nothing carries over).
+ENGINE_BLOCK = 32
+
+
+def _prompt(rank: int, attempt: int) -> list[int]:
+    base = 100 + 20 * attempt
+    return [t for k in range(rank) for t in [base + k] * ENGINE_BLOCK] + [base + 10 + rank] * ENGINE_BLOCK
+
+
+async def _cached_by_priority(base: str, priorities: list[int], attempt: int) -> dict[int, int] | None:
     """One long request occupies the only running slot; the others queue behind it, sent in the
-    order given, each with its priority; returns the priorities in the order they finished."""
+    order given, each with its priority; returns each priority's cached prompt tokens, or None
+    when the precondition failed (not all of them were waiting while the blocker ran)."""
     import httpx
-    done: list[int] = []
-    finished_at: dict[int, float] = {}
-    started = asyncio.Event()
-    t0 = time.monotonic()
+    rank = {p: r for r, p in enumerate(sorted(priorities), 1)}
+    cached: dict[int, int] = {}
 
     async def blocker(client):
-        # as long as the model allows (63 blocks of 32 tokens), so the others surely queue behind it
-        body = {"model": "agentrt-test", "prompt": [20] * 16, "max_tokens": 1950, "ignore_eos": True,
-                "stream": True}
-        async with client.stream("POST", base + "/v1/completions", json=body) as r:
-            assert r.status_code == 200
-            async for line in r.aiter_lines():
-                if line.startswith("data:"):
-                    started.set()
-
-    async def one(client, p: int, k: int):
-        # 16 decode steps each, so that on a starved machine two requests run one after the other
-        # do not finish within the client's scheduling jitter of each other
-        body = {"model": "agentrt-test", "prompt": [30 + k] * 16, "max_tokens": 16, "ignore_eos": True,
-                "priority": p}
+        # as long as the model allows (63 blocks of 32 tokens), so the others surely queue behind
+        # it; not streamed (1,950 chunks would keep the API server busier than the engine)
+        body = {"model": "agentrt-test", "prompt": [20] * 16, "max_tokens": 1950, "ignore_eos": True}
         r = await client.post(base + "/v1/completions", json=body)
         assert r.status_code == 200, r.text
-        done.append(p)
-        finished_at[p] = time.monotonic() - t0
+
+    async def one(client, p: int):
+        body = {"model": "agentrt-test", "prompt": _prompt(rank[p], attempt), "max_tokens": 4,
+                "ignore_eos": True, "priority": p}
+        r = await client.post(base + "/v1/completions", json=body)
+        assert r.status_code == 200, r.text
+        cached[p] = (r.json()["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0
 
     async with httpx.AsyncClient(timeout=300) as client:
         b = asyncio.ensure_future(blocker(client))
-        await asyncio.wait_for(started.wait(), 120)
+        deadline = time.monotonic() + 120
+        while await _gauge(client, base, "vllm:num_requests_running") < 1:   # the blocker runs
+            assert time.monotonic() < deadline and not b.done(), "the blocking request never ran"
+            await asyncio.sleep(0.01)
         tasks = []
-        for k, p in enumerate(priorities):
-            tasks.append(asyncio.ensure_future(one(client, p, k)))
+        for p in priorities:
+            tasks.append(asyncio.ensure_future(one(client, p)))
             await asyncio.sleep(0.05)                     # arrive in this order, while b runs
         # the precondition: every other request is waiting in the server's queue while the
-        # blocker still runs (on a starved machine a request can reach the server late, or the
-        # blocker's stream arrive in one late burst); vLLM's own gauge says so
+        # blocker still runs (on a starved machine a request can reach the server late); vLLM's
+        # own gauge says so
         queued = False
         while not b.done() and not queued:
-            queued = await _waiting_gauge(client, base) >= len(priorities)
+            queued = await _gauge(client, base, "vllm:num_requests_waiting") >= len(priorities)
             if not queued:
                 await asyncio.sleep(0.02)
         await asyncio.gather(b, *tasks)
-    if queued and done != sorted(done):
-        print("finish times (s after start):", {p: round(t, 3) for p, t in finished_at.items()})
-    return done if queued else None
+    return cached if queued else None
 
 
-async def _waiting_gauge(client, base: str) -> float:
+async def _gauge(client, base: str, name: str) -> float:
+    """A gauge of vLLM's /metrics (its first series: one engine here)."""
     r = await client.get(base + "/metrics")
     for line in r.text.splitlines():
-        if line.startswith("vllm:num_requests_waiting"):
+        if line.startswith(name + "{") or line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 
 
-def finish_order(base: str, priorities: list[int], attempts: int = 3) -> list[int]:
-    for _ in range(attempts):
-        done = asyncio.run(_finish_order(base, priorities))
-        if done is not None:
-            return done
+def cached_by_priority(base: str, priorities: list[int], attempts: int = 3) -> dict[int, int]:
+    for attempt in range(attempts):
+        got = asyncio.run(_cached_by_priority(base, priorities, attempt))
+        if got is not None:
+            return got
     raise AssertionError(f"in {attempts} attempts the blocking request never stayed running until "
                          f"the others were all waiting in the server's queue")
 
@@ -336,7 +345,9 @@ def finish_order(base: str, priorities: list[int], attempts: int = 3) -> list[in
 def test_vllm_priority_scheduling_orders_the_waiting_queue(vllm_servers):
     srv = vllm_servers(**PRIORITY_SERVER)
     sent = [5, -2, 9, 1]
-    assert finish_order(srv.base_url, sent) == sorted(sent)   # FCFS would keep [5, -2, 9, 1]
+    # run in priority order (-2, 1, 5, 9), rank r finds r - 1 blocks cached; FCFS (5, -2, 9, 1)
+    # would give 5 (rank 3) none and -2 (rank 1) one
+    assert cached_by_priority(srv.base_url, sent) == {-2: 0, 1: 32, 5: 64, 9: 96}
 
 
 @requires_vllm
