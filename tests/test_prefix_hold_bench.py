@@ -31,6 +31,9 @@ def test_table_and_summary(monkeypatch):
     assert "on the 1 without -1.0 to +0.0 (median -0.5)" in text
     assert "agent + pbkv-ta reaches FCFS + oracle's hit rate in 2 of 4 runs" in text   # 42 >= 33, 45 >= 42
     assert "Mean E2E, FCFS + lru over agent + pbkv-ta: 1.25-1.25x" in text
+    # pbkv-ta / oracle under agent: 42/44, 45/45, 53/60, 61/62; in scope (oracle >= 1.3x lru): none
+    assert "pbkv-ta reaches 0.88-1.00x its oracle (median 0.97x); where that oracle is at least 1.3x " \
+           "LRU (0 runs), 0.95x in 0." in text
 
 
 def test_one_application_runs_every_variant(monkeypatch, tmp_path):
