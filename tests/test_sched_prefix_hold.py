@@ -4,8 +4,11 @@ where a fan-out's parallel instances then compute their shared prompt once."""
 
 from __future__ import annotations
 
+import pytest
+
 from agentrt.runtime import events as ev
 from agentrt.sched.agent import AgentScheduler
+from agentrt.sched.base import Scheduler
 from agentrt.sched.inflight import InflightPrefixes
 from sched_fakes import BS, View, info
 from test_sched_admission import call, finish, sim_of
@@ -88,3 +91,26 @@ def test_parallel_instances_compute_their_prompt_once_under_the_agent_scheduler(
     assert held.gpu_hit_tokens - fcfs.gpu_hit_tokens == 2 * (40 * BS - 1)
     assert unheld.gpu_hit_tokens == fcfs.gpu_hit_tokens
     assert held.prefill_tokens < fcfs.prefill_tokens
+
+
+class AlwaysHold(Scheduler):
+    """Holds every call for as long as the engine lets it."""
+    defers = True
+
+    def defer(self, call, arrival, view) -> bool:
+        return True
+
+
+def test_a_call_held_to_its_bound_goes_when_the_engine_parks_until_it():
+    # nothing else runs, so the engine parks until the hold's bound and lands exactly on it; it
+    # used to hold the call again there, parked until the same instant, and never moved the clock
+    sim = sim_of([call("w", 0, [1, 2, 3], ts=0)], 100, scheduler=AlwaysHold(max_hold_s=5.0))
+    step, steps = sim.step, [0]
+
+    def counted():
+        steps[0] += 1
+        assert steps[0] < 10_000, f"the clock is stuck at {sim.now}"
+        return step()
+    sim.step = counted
+    m = finish(sim, 1)
+    assert m.queue_wait[0] == pytest.approx(5.0)

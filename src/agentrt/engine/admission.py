@@ -128,9 +128,12 @@ class Admission:
                 self._view.now = now
                 if sched.defer(info, r.arrival, self._view):
                     t = sched.held_until(info, r.arrival)
-                    wake = t if wake is None or t < wake else wake
-                    i += 1
-                    continue
+                    if t > now:
+                        wake = t if wake is None or t < wake else wake
+                        i += 1
+                        continue
+                    # its bound is reached (the engine parked until exactly then): it goes now,
+                    # or parking until `t` again would never move the clock
             if not resumed and r.total_blocks > cache.gpu_capacity:
                 r.oversize = True
                 r.state = PREFILL

@@ -108,7 +108,7 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption, FastFor
         if isinstance(self.policy, TenantShares):
             self.policy.attach(self.cache)
         self._reorders = self.sched.reorders
-        self._view = CacheQueueView(self.cache, self) if self._reorders else None
+        self._view = CacheQueueView(self.cache, self) if self._reorders or self.sched.defers else None
         self._shapes = self.sched.shapes_batch
         self.replay = arrivals if arrivals is not None else WorkflowReplay(calls, concurrency, time_scale)
         self.metrics = Metrics()
