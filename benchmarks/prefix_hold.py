@@ -70,7 +70,9 @@ def table(rows: list[dict]) -> str:
                    f"{p('agent', 'lru')} / {p('agent', 'pbkv-ta')} / {p('agent', 'oracle')} | "
                    f"{p('fcfs', 'infinite')} | {fig(r, 'fcfs', 'lru', 'e2e_mean_s'):.1f} / "
                    f"{fig(r, 'agent', 'pbkv-ta', 'e2e_mean_s'):.1f} |")
-    return "\n".join(out) + "\n\n" + summary(rows)
+    seeds = sorted({r["seed"] for r in rows})
+    return (f"Applications {seeds[0]}-{seeds[-1]} of the generalisation sweep's 24 (seeds in order, "
+            "none left out).\n\n" + "\n".join(out) + "\n\n" + summary(rows))
 
 
 def summary(rows: list[dict]) -> str:
@@ -100,6 +102,12 @@ def summary(rows: list[dict]) -> str:
             f"0.95x in {len(reach)}.\n")
 
 
+def save(rows: list[dict]) -> None:
+    OUT.write_text(json.dumps({"workflows": WORKFLOWS, "concurrency": LOAD,
+                               "variants": {k: {"args": list(v[0]), "policies": v[1]}
+                                            for k, v in VARIANTS.items()}, "rows": rows}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--apps", type=int, default=24, help="applications: seeds 1..APPS")
@@ -115,14 +123,13 @@ def main() -> None:
             for fut in futures:
                 for r in fut.result():
                     rows.append(r)
+                    save(rows)          # what finished so far, so a long run can be cut short
                     print(f"app {r['seed']:3d} f{r['capacity_factor']:g}: fcfs lru {100 * fig(r, 'fcfs', 'lru'):.1f} "
                           f"oracle {100 * fig(r, 'fcfs', 'oracle'):.1f} | agent no hold lru "
                           f"{100 * fig(r, 'agent-no-hold', 'lru'):.1f} | agent lru {100 * fig(r, 'agent', 'lru'):.1f} "
                           f"pbkv-ta {100 * fig(r, 'agent', 'pbkv-ta'):.1f} oracle {100 * fig(r, 'agent', 'oracle'):.1f}",
                           flush=True)
-        OUT.write_text(json.dumps({"workflows": WORKFLOWS, "concurrency": LOAD,
-                                   "variants": {k: {"args": list(v[0]), "policies": v[1]}
-                                                for k, v in VARIANTS.items()}, "rows": rows}, indent=1))
+        save(rows)
     if not a.no_docs:
         write("prefix-hold", "Built by `python benchmarks/prefix_hold.py` (docs/results/prefix_hold.json has "
                              "every run's command); each row's trace is `agentrt generate random --workflows "
