@@ -222,6 +222,10 @@ def table_part(workload: str, loads: list[float], slo: float, tmp: Path, log, ol
     else:
         mu, probes = sustainable_rate(workload, n, tmp, log)
     out = dict(old or {}, workflows=n, sustainable_rate=mu, capacity_probes=probes)
+    # the refined and the oracle goodput refine this table's grid: a new grid makes them stale
+    # (`--part refine` / `--part oracle` measure them again); the isolated bound does not depend on it
+    for stale in ("goodput_refined", "goodput_oracle"):
+        out.pop(stale, None)
     points = dict(out.get("points", {}))
     for load in loads:
         points[f"{load:g}"] = dict(operating_point(workload, n, load * mu, tmp, log), load=load)
