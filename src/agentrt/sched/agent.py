@@ -61,7 +61,8 @@ class WorkflowSizes(SampleWindow):
 class AgentScheduler(Scheduler):
     name: ClassVar[str] = "agent"
     description: ClassVar[str] = ("agent-aware: shortest expected remaining workflow first (learned per "
-                                  "entry agent), warm calls first, backfill into free memory, bounded wait")
+                                  "entry agent), warm calls first, a call waits for a prefix being computed, backfill "
+                                  "into free memory, bounded wait")
     reorders: ClassVar[bool] = True
     skips_blocked: ClassVar[bool] = True
     wants_events: ClassVar[bool] = True
