@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from regimes import AGENTRT, POLICIES, run, verdict  # noqa: E402
-from results import DOCS, check_jobs, sweep_flags, write  # noqa: E402
+from results import DOCS, check_counts, sweep_flags, write  # noqa: E402
 
 from agentrt.workloads.randomapp import draw_app  # noqa: E402
 
@@ -76,10 +76,9 @@ def summary(rows: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--apps", type=int, default=24, help="applications: seeds 1..APPS")
-    sweep_flags(ap, json_name="docs/results/generalise.json")
+    sweep_flags(ap, json_name="docs/results/generalise.json", apps=True)
     a = ap.parse_args()
-    check_jobs(ap, a, apps=a.apps)
+    check_counts(ap, a)
     if a.docs_only:
         doc = json.loads(OUT.read_text())
     else:

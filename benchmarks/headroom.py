@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from regimes import WORKLOADS, run  # noqa: E402
-from results import DOCS, check_jobs, sweep_flags, write  # noqa: E402
+from results import DOCS, check_counts, sweep_flags, write  # noqa: E402
 
 POLICIES = ["lru", "pbkv-ta", "oracle"]
 CAPACITY = [0.25, 0.5, 0.75, 1.0, 1.5]
@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     sweep_flags(ap, json_name="docs/results/headroom.json")
     a = ap.parse_args()
-    check_jobs(ap, a)
+    check_counts(ap, a)
     if a.docs_only:
         rows = json.loads(OUT.read_text())["rows"]
     else:

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generalise import CAPACITY, LOAD, WORKFLOWS  # noqa: E402
 from regimes import run  # noqa: E402
-from results import DOCS, check_jobs, sweep_flags, write  # noqa: E402
+from results import DOCS, check_counts, sweep_flags, write  # noqa: E402
 
 from agentrt.workloads.randomapp import draw_app  # noqa: E402
 
@@ -110,10 +110,9 @@ def save(rows: list[dict]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--apps", type=int, default=24, help="applications: seeds 1..APPS")
-    sweep_flags(ap, json_name="docs/results/prefix_hold.json")
+    sweep_flags(ap, json_name="docs/results/prefix_hold.json", apps=True)
     a = ap.parse_args()
-    check_jobs(ap, a, apps=a.apps)
+    check_counts(ap, a)
     if a.docs_only:
         rows = json.loads(OUT.read_text())["rows"]
     else:
@@ -129,7 +128,6 @@ def main() -> None:
                           f"{100 * fig(r, 'agent-no-hold', 'lru'):.1f} | agent lru {100 * fig(r, 'agent', 'lru'):.1f} "
                           f"pbkv-ta {100 * fig(r, 'agent', 'pbkv-ta'):.1f} oracle {100 * fig(r, 'agent', 'oracle'):.1f}",
                           flush=True)
-        save(rows)
     if not a.no_docs:
         write("prefix-hold", "Built by `python benchmarks/prefix_hold.py` (docs/results/prefix_hold.json has "
                              "every run's command); each row's trace is `agentrt generate random --workflows "

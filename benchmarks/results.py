@@ -157,9 +157,13 @@ def write(part: str, section: str) -> None:
     path.write_text(f"{head}{start}\n{body}\n{end}{tail}")
 
 
-def sweep_flags(ap: argparse.ArgumentParser, *, json_name: str, jobs: bool = True) -> None:
+def sweep_flags(ap: argparse.ArgumentParser, *, json_name: str, jobs: bool = True,
+                apps: bool = False) -> None:
     """The flags the sweep scripts share: --no-docs, --docs-only (re-render from `json_name`, run
-    nothing) and, for sweeps that run in parallel, --jobs (checked >= 1 by `check_jobs`)."""
+    nothing), for sweeps that run in parallel --jobs, and for those over the drawn applications
+    --apps (both checked >= 1 by `check_counts`)."""
+    if apps:
+        ap.add_argument("--apps", type=int, default=24, help="applications: seeds 1..APPS")
     if jobs:
         ap.add_argument("--jobs", type=int, default=2, help="runs at once (one process each)")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite the docs")
@@ -167,10 +171,11 @@ def sweep_flags(ap: argparse.ArgumentParser, *, json_name: str, jobs: bool = Tru
                     help=f"re-render the docs from {json_name}, running nothing")
 
 
-def check_jobs(ap: argparse.ArgumentParser, a: argparse.Namespace, **counts: int) -> None:
-    """Refuse (argparse's one-line error) --jobs and any other count given here below 1."""
-    for name, v in {"jobs": a.jobs, **counts}.items():
-        if v < 1:
+def check_counts(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """Refuse (argparse's one-line error) --jobs and --apps below 1, where the script has them."""
+    for name in ("jobs", "apps"):
+        v = getattr(a, name, None)
+        if v is not None and v < 1:
             ap.error(f"--{name} must be >= 1, got {v}")
 
 

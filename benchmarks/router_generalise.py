@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import check_jobs, sweep_flags  # noqa: E402
+from results import check_counts, sweep_flags  # noqa: E402
 from routers import CONC, ceiling, config, row, write_between  # noqa: E402
 
 from agentrt.bench.source import workload_source  # noqa: E402
@@ -111,10 +111,9 @@ def busy_cell(fig: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--apps", type=int, default=24, help="applications: seeds 1..APPS")
-    sweep_flags(ap, json_name="docs/results/router_generalise.json")
+    sweep_flags(ap, json_name="docs/results/router_generalise.json", apps=True)
     a = ap.parse_args()
-    check_jobs(ap, a, apps=a.apps)
+    check_counts(ap, a)
     if a.docs_only:
         doc = json.loads(OUT.read_text())
     else:

@@ -127,7 +127,7 @@ class AgentScheduler(Scheduler):
         if call.warmup:
             return False
         cached = view.cached_blocks(call)
-        if (self.prefix_hold and self.inflight and view.now - arrival <= self.max_wait_s
+        if (self.prefix_hold and self.inflight and not self.aged(arrival, view.now)
                 and self.inflight.computing_next(call, cached)):
             self._held_on_prefix.add(call.rid)
             return True

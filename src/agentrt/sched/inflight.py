@@ -1,8 +1,9 @@
 """Prompts being computed: which waiting call would find its prefix cached if it waited.
 
-Engines put a prompt's blocks in the prefix cache when its prefill completes (vLLM V1 and the
-simulator alike), so two calls that share a prefix and are admitted before either has finished
-both compute it. Agent applications send such calls together: parallel instances of one agent
+The simulator, like SGLang's radix cache, puts a prompt's blocks in the prefix cache when its
+prefill completes, so two calls that share a prefix and are admitted before either has finished
+both compute it (vLLM V1 caches blocks when they are scheduled, so there they share already:
+docs/engine.md). Agent applications send such calls together: parallel instances of one agent
 forked from one history (a fan-out), or several agents starting on the same task. A scheduler
 that holds the second until the first's prompt is cached saves the shared prefill, and the held
 call loses little: the shared prefix is computed once either way, and in a chunked-prefill

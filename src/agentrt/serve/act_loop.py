@@ -109,14 +109,13 @@ class ActLoop:
         self._guard("observe", self.runtime.observe, ev.CallFinished(self.clock(), info, None))
         usage = resp.get("usage") if isinstance(resp, dict) else None
         self.metrics.warmup(a.agent, "ok" if status == 200 else "error", usage)
+        prompt, cached = usage_tokens(usage)
         if status == 200:
             self.warmups_sent += 1
-            prompt, cached = usage_tokens(usage)
             self.cache.add_work((prompt or 0) - cached + 1)
             self.cache.record(a.tenant, list(a.hash_ids))
         self.recent.append({"workflow": wid, "agent": a.agent, "agent_source": "policy",
                             "tenant": a.tenant, "workflow_source": "warmup", "end": False,
-                            "endpoint": t.path, "status": status,
-                            "prompt_tokens": usage_tokens(usage)[0],
-                            "cached_tokens": usage_tokens(usage)[1], "warmup": True})
+                            "endpoint": t.path, "status": status, "prompt_tokens": prompt,
+                            "cached_tokens": cached, "warmup": True})
         return 1 if status == 200 else 0
