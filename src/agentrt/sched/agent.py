@@ -87,9 +87,10 @@ class AgentScheduler(Scheduler):
         self._held_on_prefix: set[int] = set()      # rids held until a prompt being computed is cached
 
     def observe(self, e) -> None:
-        self.inflight.observe(e)
-        if type(e) is ev.CallAdmitted or type(e) is ev.CallFinished:
-            self._held_on_prefix.discard(e.call.rid)
+        if self.prefix_hold:
+            self.inflight.observe(e)
+            if type(e) is ev.CallAdmitted or type(e) is ev.CallFinished:
+                self._held_on_prefix.discard(e.call.rid)
         if type(e) is ev.CallArrived:
             c = e.call
             k = (c.tenant, c.workflow)
