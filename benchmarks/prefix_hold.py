@@ -38,12 +38,13 @@ VARIANTS = {"fcfs": ((), ["lru", "pbkv-ta", "oracle", "infinite"]),
             "agent": (("--scheduler", "agent"), ["lru", "pbkv-ta", "oracle"])}
 
 
-def run_app(seed: int, tmp: Path) -> list[dict]:
-    """Both capacities of one application, each under the three variants."""
+def run_app(seed: int, tmp: Path, variants: dict | None = None) -> list[dict]:
+    """Both capacities of one application, each under the three variants (or `variants`:
+    name -> (extra bench arguments, policies))."""
     rows = []
     for f in CAPACITY:
         row = None
-        for name, (extra, policies) in VARIANTS.items():
+        for name, (extra, policies) in (variants or VARIANTS).items():
             r = run("random", 1.0, LOAD, f, WORKFLOWS, tmp, seed, policies=policies, extra=extra)
             if row is None:
                 row = {k: r[k] for k in ("seed", "capacity_factor", "gpu_blocks", "generate")}

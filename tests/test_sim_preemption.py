@@ -1,6 +1,6 @@
 """Incremental output allocation, preemption by recompute and output-block tags, in tiny exact
 configurations (a handful of 16-token blocks), plus random small workloads (under policies that
-prefetch and warm up too) that must always finish with every cache invariant holding after every
+prefetch and warm up too, with blocks shared after the prefill or when scheduled) that must always finish with every cache invariant holding after every
 iteration."""
 
 from hypothesis import given, settings
@@ -201,8 +201,9 @@ def test_output_blocks_carry_their_thread_tag_under_pbkv_lae():
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), gpu=st.integers(4, 14), host=st.sampled_from([0, 0, 6]),
        budget=st.sampled_from([16, 40, 8192]), conc=st.sampled_from([None, 1, 3]),
-       policy=st.sampled_from(["lru", "pbkv-lae", "cachesage", "pbkv-aggressive", "ttl"]))
-def test_random_small_workloads_always_finish(data, gpu, host, budget, conc, policy):
+       policy=st.sampled_from(["lru", "pbkv-lae", "cachesage", "pbkv-aggressive", "ttl"]),
+       cache_at=st.sampled_from(["prefill", "schedule"]))
+def test_random_small_workloads_always_finish(data, gpu, host, budget, conc, policy, cache_at):
     calls = []
     n_wf = data.draw(st.integers(1, 4))
     starts = sorted(data.draw(st.lists(st.integers(0, 50), min_size=n_wf, max_size=n_wf)))
@@ -218,7 +219,7 @@ def test_random_small_workloads_always_finish(data, gpu, host, budget, conc, pol
             calls.append(call(f"w{w}", i, ids, n_in=n_in, n_out=n_out, ts=starts[w] if i == 0 else None,
                               last=i == n_calls - 1, out_ids=out, agent=f"g{i % 2}"))
     cfg = EngineConfig(preset=PRESET, block_size=BS, gpu_blocks=gpu, host_blocks=host,
-                       max_batch_tokens=budget)
+                       max_batch_tokens=budget, cache_at=cache_at)
     sim = checked(Simulator(cfg, make_policy(policy), iter(calls), concurrency=conc))
     m = sim.run()
     sim.cache.check_invariants()

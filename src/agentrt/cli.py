@@ -85,6 +85,7 @@ def bench(
     shared_chunk_tokens: Optional[int] = typer.Option(None, "--shared-chunk-tokens", help="fair scheduler: while tenants share, each iteration's prefill of all but the least-served tenant is capped at this many tokens (default 512; 0: no cap)"),
     prefix_hold: bool = typer.Option(True, "--prefix-hold/--no-prefix-hold", help="agent scheduler: hold a call whose next prompt blocks another call is computing until they are cached (a fan-out's instances compute their shared prompt once)"),
     tool_hints: Optional[float] = typer.Option(None, "--tool-hints", help="act as a framework that announces how long each tool call will run: the trace's tool time times a lognormal error of this sigma (0: exact; pbkv-ta reads it; with --engine vllm sent as the agentrt.tool_call kv_hint; default: no estimates, only that a call ended in a tool call)"),
+    cache_at: Optional[str] = typer.Option(None, "--cache-at", help="simulator: when a computed prompt block becomes a hit for other calls: prefill (after the prefill that computes it, as SGLang; the default) or schedule (as soon as it is scheduled, as vLLM V1)"),
     replicas: int = typer.Option(1, "--replicas", help="simulate this many replicas (each with --gpu-blocks) behind --router"),
     router: Optional[str] = typer.Option(None, "--router", help="with --replicas N: how calls are spread (see `agentrt routers`; default agent)"),
     transfer_gbps: Optional[float] = typer.Option(None, "--transfer-gbps", help="with --replicas N: replicas copy cached prefixes from each other's GPUs over a link of this many GB/s (default: they do not)"),
@@ -108,7 +109,7 @@ def bench(
                       scheduler=scheduler, max_wait=max_wait, max_hold=max_hold,
                       tenant_weights=tenant_weights, replicas=replicas, router=router,
                       shared_chunk_tokens=shared_chunk_tokens, tool_hints=tool_hints,
-                      transfer_gbps=transfer_gbps, prefix_hold=prefix_hold)
+                      transfer_gbps=transfer_gbps, prefix_hold=prefix_hold, cache_at=cache_at)
     if engine == "vllm":
         doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir)
     else:

@@ -30,7 +30,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                max_hold: float | None, tenant_weights: str | None, replicas: int = 1,
                router: str | None = None, shared_chunk_tokens: int | None = None,
                tool_hints: float | None = None, transfer_gbps: float | None = None,
-               prefix_hold: bool = True):
+               prefix_hold: bool = True, cache_at: str | None = None):
     """The bench run the command line asks for, with the defaults filled in and every value
     checked (`BenchSpec.validate`); nothing generated or replayed yet."""
     from agentrt.bench.runner import BenchOptions
@@ -42,6 +42,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     if engine == "vllm" and (replicas != 1 or router is not None or transfer_gbps is not None):
         raise AgentrtError("--replicas, --router and --transfer-gbps are for the simulator; for real replicas "
                            "see docs/ray.md")
+    if engine == "vllm" and cache_at is not None:
+        raise AgentrtError("--cache-at is for the simulator (vLLM itself caches blocks when they are scheduled)")
     if trace is not None and workload is not None:
         raise AgentrtError("give either --trace or --workload, not both")
     default_run = trace is None and workload is None
@@ -76,6 +78,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                         concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                         time_scale=time_scale, train_path=str(train) if train else None,
                         policy_options=popts, scheduler=scheduler, tool_hints=tool_hints,
+                        cache_at=cache_at or "prefill",
                         scheduler_options=scheduler_options(scheduler, max_wait, tenant_weights,
                                                             max_hold, shared_chunk_tokens, prefix_hold))
     spec = BenchSpec(policies=names, trace=trace,

@@ -80,6 +80,7 @@ def run_summary(doc: dict) -> list[str]:
             f"load: {load_text(cfg)} | capacity: {capacity_text(cfg)} | preset: {cfg['preset']}",
             f"training split: {split_text(cfg)}" + (f" | scheduler {sched}" if sched != "fcfs" else "")
             + (f" | tool times announced, lognormal error {hints:g}" if hints is not None else "")
+            + (" | blocks shared when scheduled (vLLM)" if cfg.get("cache_at") == "schedule" else "")
             + (f" | oracle: clairvoyant eviction on the {cfg.get('oracle_reference') or 'lru'} run's placement "
                "(not a bound on routing)" if (cfg.get("replicas") or 1) > 1 and "oracle" in doc["results"] else "")]
 

@@ -18,7 +18,7 @@ from agentrt.bench.output import SCHEMA_VERSION
 from agentrt.bench.source import TraceSource
 from agentrt.bounds.offline import belady_bound, infinite_bound
 from agentrt.engine.presets import get_preset
-from agentrt.engine.simulator import EngineConfig, Simulator
+from agentrt.engine.simulator import CACHE_AT, EngineConfig, Simulator
 from agentrt.errors import AgentrtError
 from agentrt.policies.registry import BOUNDS, SIM_BOUNDS, check_names, make_policy
 
@@ -41,6 +41,7 @@ class BenchOptions:
     scheduler: str = defaults.SCHEDULER   # admission order (agentrt.sched)
     scheduler_options: dict = field(default_factory=dict)
     tool_hints: float | None = None    # the framework announces tool times, with this lognormal error
+    cache_at: str = "prefill"          # when computed prompt blocks become hits (EngineConfig)
 
     def validate(self, policies: list[str], cli: bool = False) -> None:
         """Raise `AgentrtError` on the first bad value, naming it as the user wrote it (`cli`:
@@ -58,6 +59,8 @@ class BenchOptions:
         positive(self.max_batch_tokens, "max_batch_tokens", cli)
         positive(self.max_running, "max_running", cli)
         positive(self.tool_hints, "tool_hints", cli, allow_zero=True)
+        if self.cache_at not in CACHE_AT:
+            raise AgentrtError(f"{flag('cache_at', cli)} must be one of {', '.join(CACHE_AT)}, got {self.cache_at!r}")
         positive(self.seed, "seed", cli, allow_zero=True)
         if self.train_fraction is not None and not 0.0 <= self.train_fraction < 1.0:
             raise AgentrtError(f"{flag('train_fraction', cli)} must be in [0, 1), got {self.train_fraction}")
@@ -85,7 +88,8 @@ ProgressFactory = Callable[[str, int], Callable[[int], None]]
 def engine_config(opts: BenchOptions, block_size: int) -> EngineConfig:
     return EngineConfig(preset=get_preset(opts.preset), block_size=block_size,
                         gpu_blocks=opts.gpu_blocks, host_blocks=opts.host_blocks,
-                        max_batch_tokens=opts.max_batch_tokens, max_running=opts.max_running)
+                        max_batch_tokens=opts.max_batch_tokens, max_running=opts.max_running,
+                        cache_at=opts.cache_at)
 
 
 

@@ -14,7 +14,8 @@ Model
   blocks enter the tree, locked), `cache_output` (completed output blocks extend the same locked
   path), `release` (unlock the path, return what is still reserved). A preempted request does
   the same, with what it had computed so far. (`grow` and `cache_output` are in `decode.py`,
-  prefetch in `prefetch.py`, the eviction heaps in `heaps.py`.)
+  prefetch in `prefetch.py`, matching again at schedule time in `schedule_match.py`, the
+  eviction heaps in `heaps.py`.)
 - A running request locks every block on its path (`lock_ref`). Only unlocked GPU leaves (no
   GPU children) are evicted; a parent becomes a leaf when its last GPU child goes.
 - Eviction order: a heap of evictable leaves keyed by `policy.score(block)` (lowest first),
@@ -36,6 +37,7 @@ from agentrt.cache.heaps import EvictionHeaps
 from agentrt.cache.decode import DecodeGrowth
 from agentrt.cache.lease import Lease
 from agentrt.cache.prefetch import Prefetching
+from agentrt.cache.schedule_match import ScheduleMatch
 
 UNBOUNDED = 1 << 62
 
@@ -49,7 +51,7 @@ class _LRU:
         return block.last_touch
 
 
-class RadixKVCache(DecodeGrowth, Prefetching, EvictionHeaps):
+class RadixKVCache(DecodeGrowth, Prefetching, ScheduleMatch, EvictionHeaps):
     """Blocks, tiers, locks and eviction heaps. See the module docstring for the model."""
 
     def __init__(self, gpu_capacity: int | None, host_capacity: int = 0, policy=None,

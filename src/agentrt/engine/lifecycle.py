@@ -1,6 +1,7 @@
 """A request's lifecycle in the simulated engine: arrival, prefill done, finish.
 
-A mixin of `Simulator`; admission is in `admission.py`. A request admitted again after a
+A mixin of `Simulator`; admission is in `admission.py`. With `cache_at="schedule"` a request's
+hits may grow before its first prefill chunk (`_match_at_schedule`); its counters follow. A request admitted again after a
 preemption (`preemption.py`) prefills its prompt plus what it had generated, and is counted only
 as recomputation: prompt tokens, hits, the TTFT and the `admitted` order stay those of the first
 admission. At the finish, the output
@@ -40,11 +41,13 @@ class RequestLifecycle:
 
     def _prefill_done(self: "Simulator", r: Request) -> None:
         now = self.now
-        if r.lease is not None:
-            inserted = self.cache.commit_prompt(r.lease, now)
-            self.metrics.block_touches += inserted
+        lease = r.lease
+        if lease is not None:
+            self.metrics.block_touches += self.cache.commit_prompt(lease, now)
             if self._events:
-                self._observe(ev.PromptCached(now, r.info, r.lease.node, inserted))
+                # every block it computed (with cache_at="schedule" most entered chunk by chunk)
+                inserted = lease.depth - lease.gpu_hit - lease.host_hit
+                self._observe(ev.PromptCached(now, r.info, lease.node, inserted))
             if self.sched.defers and self.sched.wakes_on_prefill():
                 self._admit_blocked = False     # a call held for this prompt may go now
         if not r.ttft_done:
@@ -60,6 +63,37 @@ class RequestLifecycle:
             self._finish(r)
         else:
             r.state = DECODE
+
+    def _match_at_schedule(self: "Simulator", r: Request) -> None:
+        """Before a request's first prefill chunk (`cache_at="schedule"`): blocks that entered
+        the cache since its admission, chunks other requests have scheduled above all, become
+        its hits (`RadixKVCache.extend_match`); its counters move from computed to hit."""
+        k = self.cache.extend_match(r.lease)
+        if not k:
+            return
+        lease = r.lease
+        hit = min((lease.gpu_hit + lease.host_hit) * self.config.block_size, r.prompt_len - 1)
+        old = r.hit_tokens
+        delta = hit - old
+        if delta <= 0:
+            return
+        r.hit_tokens = r.context = hit
+        r.prefill_left -= delta
+        m = self.metrics
+        m.block_touches += k
+        info = r.info
+        if r.preemptions:
+            less = max(0, r.computed - old) - max(0, r.computed - hit)
+            if info.warmup:
+                m.warmup_prefill_tokens -= less
+            else:
+                m.recompute_tokens -= less
+        elif info.warmup:
+            m.warmup_prefill_tokens -= delta
+        else:
+            m.gpu_hit_tokens += delta
+            m.prefill_tokens -= delta
+            m.tenant(info.tenant).gpu_hit_tokens += delta
 
     def _finish(self: "Simulator", r: Request) -> None:
         now = self.now

@@ -11,7 +11,9 @@ Model (vLLM V1 / SGLang style)
   its partial last block and the first output token (all prompt blocks at once, not per chunk).
   Host-tier hits are loaded over PCIe, a serial link: the request starts its prefill when its
   load is done. Computed prompt blocks enter the cache when the prefill completes (the iteration
-  that also emits the first token).
+  that also emits the first token; SGLang), or with `cache_at="schedule"` as each chunk is
+  scheduled, and a request looks the cache up again before its first chunk (vLLM V1; so calls
+  admitted together share a prefix neither has computed yet: `cache/schedule_match.py`).
 - Output blocks are allocated as decoding crosses block boundaries, evicting cache if none is
   free and else preempting the most recently admitted request, or under a reordering scheduler
   the lowest-ranked one, as vLLM's priority scheduling does (recompute; `preemption.py`).
@@ -58,6 +60,9 @@ from agentrt.sched.kvshare import TenantShares
 from agentrt.trace.schema import Call
 
 RAN, IDLE, PARKED, BLOCKED = range(4)     # what one `Simulator.step` did
+# when a computed prompt block can be hit by another request: after the prefill that computes it
+# (SGLang's radix cache) or as soon as it is scheduled (vLLM V1; `cache/schedule_match.py`)
+CACHE_AT = ("prefill", "schedule")
 
 
 @dataclass(slots=True)
@@ -68,8 +73,11 @@ class EngineConfig:
     host_blocks: int = 0
     max_batch_tokens: int = 8192
     max_running: int = 256
+    cache_at: str = "prefill"          # when computed prompt blocks become hits: CACHE_AT
 
     def __post_init__(self) -> None:
+        if self.cache_at not in CACHE_AT:
+            raise ValueError(f"cache_at must be one of {', '.join(CACHE_AT)}, got {self.cache_at!r}")
         if self.block_size <= 0:
             raise ValueError("block_size must be > 0")
         if self.gpu_blocks is None:
@@ -110,6 +118,9 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption, FastFor
         self._reorders = self.sched.reorders
         self._view = CacheQueueView(self.cache, self) if self._reorders or self.sched.defers else None
         self._shapes = self.sched.shapes_batch
+        self._at_schedule = config.cache_at == "schedule"
+        if self._at_schedule:
+            self.sched.engine_caches_at_schedule()
         self.replay = arrivals if arrivals is not None else WorkflowReplay(calls, concurrency, time_scale)
         self.metrics = Metrics()
         self.stream: list | None = [] if record_stream else None
@@ -238,10 +249,13 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption, FastFor
         kv = float(ctx)
         budget = self.config.max_batch_tokens - tokens
         chunks = []
+        at_schedule = self._at_schedule
         if budget > 0:
             caps = {} if self._shapes else None    # tenant -> prefill tokens it may still take
             for r in (self._prefill_order() if self._shapes else self.running):
                 if r.state == PREFILL:
+                    if at_schedule and r.context == r.hit_tokens and r.lease is not None:
+                        self._match_at_schedule(r)     # its first chunk: look the cache up again
                     n = r.prefill_left if r.prefill_left < budget else budget
                     if caps is not None:
                         t = r.info.tenant
@@ -254,6 +268,8 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption, FastFor
                         if n <= 0:
                             continue
                     chunks.append((r, n))
+                    if at_schedule and r.lease is not None:
+                        self.metrics.block_touches += self.cache.commit_prompt(r.lease, now, (r.context + n) // bs)
                     tokens += n
                     pairs += n * (r.context + (n + 1) / 2.0)
                     kv += r.context + n

@@ -25,7 +25,8 @@ Model
   so there is nothing to tune; `max_hold_s` bounds the hold (`base.py`).
 - A call whose next uncached block is in a prompt being computed (a parallel instance forked
   from the same history as one just admitted, `inflight.py`) is held until that prompt is
-  cached, then finds it: the shared prefix is computed once. Bounded by `max_wait_s`.
+  cached, then finds it: the shared prefix is computed once. Bounded by `max_wait_s`. Off on
+  an engine that shares blocks as they are scheduled (vLLM V1; `engine_caches_at_schedule`).
 - When the best call does not fit, later calls are admitted into free blocks only (`base.py`):
   a cold call never evicts the cache that a blocked warm call waits for.
 - `max_wait_s` bounds every call's wait, as for every scheduler.
@@ -138,6 +139,10 @@ class AgentScheduler(Scheduler):
         bs = call.block_size
         own = call.n_full - cached + -(-call.output_length // bs) + 1
         return len(self.live) + own > view.capacity_blocks - view.reserved_blocks
+
+    def engine_caches_at_schedule(self) -> None:
+        # calls admitted together share there already: holding one would only delay it
+        self.prefix_hold = False
 
     def wakes_on_prefill(self) -> bool:
         return bool(self._held_on_prefix)

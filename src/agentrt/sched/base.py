@@ -102,6 +102,10 @@ class Scheduler:
         runs an admission pass after each prefill, not only after arrivals and finishes."""
         return False
 
+    def engine_caches_at_schedule(self) -> None:
+        """The engine (as vLLM V1) shares a prompt's blocks with other requests as soon as they
+        are scheduled, not when its prefill completes; called once, before the first call."""
+
     def batch_key(self, call: "CallInfo", arrival: float, prefill_left: int):
         """Sort key of an admitted call that still prefills (only with `shapes_batch`)."""
         return arrival
