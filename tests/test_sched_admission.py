@@ -114,9 +114,10 @@ def test_reordering_schedulers_serve_every_call_with_invariants(name, policy, ho
 @given(data=st.data(), gpu=st.integers(4, 14), host=st.sampled_from([0, 0, 6]),
        budget=st.sampled_from([16, 40, 8192]), conc=st.sampled_from([None, 1, 3]),
        policy=st.sampled_from(["lru", "pbkv-lae", "cachesage"]), name=st.sampled_from(REORDERING),
-       max_wait=st.sampled_from([60.0, 0.01]), max_running=st.sampled_from([256, 2]))
+       max_wait=st.sampled_from([60.0, 0.01]), max_running=st.sampled_from([256, 2]),
+       cache_at=st.sampled_from(["prefill", "schedule"]))
 def test_random_small_workloads_finish_under_every_scheduler(data, gpu, host, budget, conc, policy, name,
-                                                             max_wait, max_running):
+                                                             max_wait, max_running, cache_at):
     calls = []
     n_wf = data.draw(st.integers(1, 5))
     starts = sorted(data.draw(st.lists(st.integers(0, 50), min_size=n_wf, max_size=n_wf)))
@@ -134,12 +135,13 @@ def test_random_small_workloads_finish_under_every_scheduler(data, gpu, host, bu
                               last=i == n_calls - 1, out_ids=out, agent=f"g{i % 2}", tenant=tenant))
     sched = make_scheduler(name, max_wait_s=max_wait)
     sim = checked(sim_of(calls, gpu, sched, policy=policy, concurrency=conc, host_blocks=host,
-                         max_batch_tokens=budget, max_running=max_running))
+                         max_batch_tokens=budget, max_running=max_running, cache_at=cache_at))
     AdmissionMonitor(sim)            # no backfill evicts (see below)
     m = finish(sim, len(calls))
     assert m.workflows == n_wf
     assert m.prompt_tokens == sum(c.input_length for c in calls)
     assert m.output_tokens == sum(c.output_length for c in calls)
+    assert m.gpu_hit_tokens + m.host_hit_tokens + m.prefill_tokens == m.prompt_tokens
 
 
 # ------------------------------------------------------------------ backfill never evicts
@@ -166,10 +168,10 @@ class AdmissionMonitor:
                 self.held_back += 1
             return ok
 
-        def wrapped_admit():
+        def wrapped_admit(*args):
             self.in_pass, self.refused = True, False
             try:
-                admit()
+                admit(*args)
             finally:
                 self.blocked_passes += self.refused
                 self.in_pass = False

@@ -24,6 +24,7 @@ from agentrt.engine.request import LOADING, PREFILL, Request
 from agentrt.runtime import events as ev
 
 if TYPE_CHECKING:
+    from agentrt.engine.batch import ChunkPlan
     from agentrt.engine.simulator import Simulator
 
 
@@ -107,7 +108,10 @@ class Admission:
         self.metrics.net_bytes += nbytes
         return n
 
-    def _admit(self: "Simulator") -> None:
+    def _admit(self: "Simulator", plan: "ChunkPlan | None" = None) -> None:
+        """Admit waiting requests in the scheduler's order while they fit. `plan` (`cache_at=
+        "schedule"`): give each admitted request its first chunk before the next is looked up, and
+        admit none once the iteration's token budget is spent (vLLM's scheduler)."""
         cache = self.cache
         sched = self.sched
         bs = self.config.block_size
@@ -121,6 +125,8 @@ class Admission:
         defers = sched.defers
         i = 0
         while i < len(waiting) and len(self.running) < self.config.max_running:
+            if plan is not None and plan.budget <= 0:
+                break        # as vLLM, no request is scheduled without token budget
             r = waiting[i]
             info = r.info
             resumed = r.preemptions > 0
@@ -207,6 +213,8 @@ class Admission:
                     self.admitted.append((info.workflow, info.index))
             if self._events and lease is not None:
                 self._observe(ev.CallAdmitted(now, info, lease.node, lease.gpu_hit, lease.host_hit, lease.remote_hit))
+            if plan is not None and plan.budget > 0 and r.state == PREFILL:
+                self._plan_chunk(plan, r, now)
         if blocked or wake is not None:
             # nothing changes until an arrival, a finish or a held call's wait bound
             self._admit_blocked = True

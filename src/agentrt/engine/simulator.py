@@ -25,7 +25,8 @@ Model (vLLM V1 / SGLang style)
   takes the blocks it crosses into at its start and ends before any step that would preempt.
 - A request that cannot fit in the whole GPU pool (prompt and output) is served without the
   cache (`oversize_calls`).
-Arrival, admission, prefill completion and finish are in `lifecycle.py`, runtime actions in
+Arrival, admission, prefill completion and finish are in `lifecycle.py`, an iteration's prefill
+chunks in `batch.py`, runtime actions in
 `actions.py`, block growth and preemption in `preemption.py`, decode fast-forward in
 `fast_forward.py`.
 The replay (`replay.py`) decides when calls arrive; the policy decides eviction order and may
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from agentrt.cache.radix import RadixKVCache
 from agentrt.engine.actions import RuntimeActions
 from agentrt.engine.admission import Admission, CacheQueueView
+from agentrt.engine.batch import ChunkPlan, PrefillBatch
 from agentrt.engine.costs import CostModel
 from agentrt.engine.fast_forward import FastForward
 from agentrt.engine.lifecycle import RequestLifecycle
@@ -92,7 +94,7 @@ class EngineConfig:
         return self.preset.model.kv_bytes_per_token * self.block_size
 
 
-class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption, FastForward):
+class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preemption, FastForward):
     def __init__(self, config: EngineConfig, policy: Policy | AgentRuntime, calls: Iterator[Call],
                  concurrency: int | None = None, record_stream: bool = False,
                  time_scale: float = 1.0,
@@ -235,47 +237,23 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption, FastFor
             decode = [r for r in decode if r.state == DECODE]
             ctx = sum(r.context for r in decode)
         preempted = self._preempted
+        plan = ChunkPlan(len(decode), float(ctx), float(ctx), self.config.max_batch_tokens - len(decode),
+                         self._shapes)
+        at_schedule = self._at_schedule
+        if at_schedule:       # vLLM's order: running requests' chunks, then admissions
+            self._plan_prefills(plan, now)
         if preempted:
             self._preempted = False
             self.running = [r for r in self.running if r.state != WAITING]
         elif self.waiting and not self._admit_blocked:
             n0 = len(self.running)
-            self._admit()
+            self._admit(plan if at_schedule else None)
             for r in self.running[n0:]:
                 if r.state == LOADING and (loading_until is None or r.ready_at < loading_until):
                     loading_until = r.ready_at
-        tokens = len(decode)
-        pairs = float(ctx)
-        kv = float(ctx)
-        budget = self.config.max_batch_tokens - tokens
-        chunks = []
-        at_schedule = self._at_schedule
-        if budget > 0:
-            caps = {} if self._shapes else None    # tenant -> prefill tokens it may still take
-            for r in (self._prefill_order() if self._shapes else self.running):
-                if r.state == PREFILL:
-                    if at_schedule and r.context == r.hit_tokens and r.lease is not None:
-                        self._match_at_schedule(r)     # its first chunk: look the cache up again
-                    n = r.prefill_left if r.prefill_left < budget else budget
-                    if caps is not None:
-                        t = r.info.tenant
-                        left = caps.get(t)
-                        if left is None:
-                            left = self.sched.prefill_cap(t, budget)
-                        if n > left:
-                            n = left
-                        caps[t] = left - n
-                        if n <= 0:
-                            continue
-                    chunks.append((r, n))
-                    if at_schedule and r.lease is not None:
-                        self.metrics.block_touches += self.cache.commit_prompt(r.lease, now, (r.context + n) // bs)
-                    tokens += n
-                    pairs += n * (r.context + (n + 1) / 2.0)
-                    kv += r.context + n
-                    budget -= n
-                    if budget <= 0:
-                        break
+        if not at_schedule:
+            self._plan_prefills(plan, now)
+        chunks, tokens, pairs, kv = plan.chunks, plan.tokens, plan.pairs, plan.kv
         if tokens == 0:
             if preempted:
                 return RAN           # admit in the next iteration
@@ -307,12 +285,3 @@ class Simulator(Admission, RequestLifecycle, RuntimeActions, Preemption, FastFor
         if self.running and any(r.state == DONE for r in self.running):
             self.running = [r for r in self.running if r.state != DONE]
         return RAN
-
-    def _prefill_order(self) -> list[Request]:
-        """Admitted requests in the order the scheduler gives them prefill tokens."""
-        pre = [r for r in self.running if r.state == PREFILL]
-        if len(pre) > 1:
-            rank = self.sched.batch_rank
-            now = self.now
-            pre.sort(key=lambda r: rank(r.info, r.arrival, r.prefill_left, now))
-        return pre
