@@ -98,8 +98,9 @@ def summary(pairs: list[tuple[dict, dict]]) -> str:
         return [100 * (fig(r, variant_r, policy) - fig(p, variant_p, policy)) for r, p in ps]
     rows = [r for r, _ in pairs]
     e2e = [fig(p, "fcfs", "lru", "e2e_mean_s") / fig(r, "fcfs", "lru", "e2e_mean_s") for r, p in pairs]
-    return (f"FCFS + lru, shared when scheduled minus after the prefill (points): on the {len(fan) // 2} "
-            f"applications with a fan-out {span(gain(fan, 'fcfs', 'fcfs'))}; on the {len(rest) // 2} without "
+    apps = lambda ps: len({r["seed"] for r, _ in ps})   # noqa: E731
+    return (f"FCFS + lru, shared when scheduled minus after the prefill (points): on the {apps(fan)} "
+            f"applications with a fan-out {span(gain(fan, 'fcfs', 'fcfs'))}; on the {apps(rest)} without "
             f"{span(gain(rest, 'fcfs', 'fcfs'))}. The prefix hold against sharing when scheduled (agent + "
             f"lru after the prefill minus FCFS + lru when scheduled): fan-outs {span([-x for x in gain(fan, 'fcfs', 'agent')])}. "
             f"The oracle moves with the engine: FCFS + oracle {span(gain(pairs, 'fcfs', 'fcfs', 'oracle'))} "
