@@ -113,7 +113,7 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
              train_fraction: float | None = None, policy_options: dict | None = None,
              scheduler_options: dict | None = None, tool_hints: float | None = None,
              replicas: int = 1, router: str | None = None,
-             transfer_gbps: float | None = None) -> SimResult:
+             transfer_gbps: float | None = None, cache_at: str = "prefill") -> SimResult:
     """Replay a trace (a path, or a workload name from `agentrt workloads`, generated with
     `workflows`, `seed`, `tool_scale`) once per policy through the simulator.
 
@@ -127,7 +127,9 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
     `router`: that many simulated replicas, each with `gpu_blocks`, behind a router from `agentrt
     routers` (`--replicas`, `--router`; `oracle` is then the cluster oracle). `transfer_gbps`:
     the replicas copy cached prefixes from each other over a link of that many GB/s
-    (`--transfer-gbps`; None: they do not). Raises
+    (`--transfer-gbps`; None: they do not). `cache_at`: when a computed prompt block becomes a
+    hit for other calls, `"prefill"` (after its prefill, as SGLang) or `"schedule"` (when
+    scheduled, as vLLM V1; `--cache-at`). Raises
     `AgentrtError` on a bad name or value, before any replay (the checks of `agentrt bench`,
     `BenchSpec.validate`)."""
     from agentrt.bench.runner import BenchOptions
@@ -138,7 +140,7 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
                         train_fraction=train_fraction, train_path=str(train) if train else None,
                         policy_options={k: dict(v) for k, v in (policy_options or {}).items()},
                         scheduler=scheduler, scheduler_options=dict(scheduler_options or {}),
-                        tool_hints=tool_hints)
+                        tool_hints=tool_hints, cache_at=cache_at)
     spec = BenchSpec(policies=[p for p in names if p], workflows=workflows, tool_scale=tool_scale,
                      options=opts, cli=False, replicas=replicas, router=router,
                      transfer_gbps=transfer_gbps)
