@@ -13,9 +13,9 @@ Model
   free; refused, changing nothing, when nothing is evictable), `commit_prompt` (computed prompt
   blocks enter the tree, locked), `cache_output` (completed output blocks extend the same locked
   path), `release` (unlock the path, return what is still reserved). A preempted request does
-  the same, with what it had computed so far. (`grow` and `cache_output` are in `decode.py`,
-  prefetch in `prefetch.py`, matching again at schedule time in `schedule_match.py`, the
-  eviction heaps in `heaps.py`.)
+  the same, with what it had computed so far. (`commit_prompt` and `extend_match` are in
+  `prefill.py`, `grow` and `cache_output` in `decode.py`, prefetch in `prefetch.py`, the eviction
+  heaps in `heaps.py`.)
 - A running request locks every block on its path (`lock_ref`). Only unlocked GPU leaves (no
   GPU children) are evicted; a parent becomes a leaf when its last GPU child goes.
 - Eviction order: a heap of evictable leaves keyed by `policy.score(block)` (lowest first),
@@ -37,7 +37,7 @@ from agentrt.cache.heaps import EvictionHeaps
 from agentrt.cache.decode import DecodeGrowth
 from agentrt.cache.lease import Lease
 from agentrt.cache.prefetch import Prefetching
-from agentrt.cache.schedule_match import ScheduleMatch
+from agentrt.cache.prefill import PrefillCommit
 
 UNBOUNDED = 1 << 62
 
@@ -51,7 +51,7 @@ class _LRU:
         return block.last_touch
 
 
-class RadixKVCache(DecodeGrowth, Prefetching, ScheduleMatch, EvictionHeaps):
+class RadixKVCache(PrefillCommit, DecodeGrowth, Prefetching, EvictionHeaps):
     """Blocks, tiers, locks and eviction heaps. See the module docstring for the model."""
 
     def __init__(self, gpu_capacity: int | None, host_capacity: int = 0, policy=None,
@@ -201,50 +201,6 @@ class RadixKVCache(DecodeGrowth, Prefetching, ScheduleMatch, EvictionHeaps):
         self.touch_clock += 1
         hn.last_touch = self.touch_clock
         self.h2d_bytes += self.block_bytes
-
-    def commit_prompt(self, lease: Lease, now: float, upto: int | None = None) -> int:
-        """Insert the prompt blocks the request computed; they stay locked. Returns blocks inserted.
-
-        `upto` (a preempted prefill) inserts only the first `upto` prompt blocks, those its
-        chunks completed; the lease counts as committed once every prompt block is in.
-        """
-        start = lease.depth
-        end = lease.n_full if upto is None or upto > lease.n_full else upto
-        node = lease.node
-        hash_ids = lease.hash_ids
-        tenant = lease.tenant
-        clock = self.touch_clock
-        created = 0
-        for i in range(start, end):
-            h = hash_ids[i]
-            children = node.children
-            child = children.get(h)
-            if child is None:     # the common case, inlined: a fresh locked GPU block
-                child = Block(h, node, GPU, tenant)
-                children[h] = child
-                node.gpu_children += 1
-                child.lock_ref = 1
-                clock += 1
-                child.last_touch = clock
-                created += 1
-                node = child
-            else:
-                self.touch_clock = clock
-                node = self._insert_child(node, h, locked=True)
-                clock = self.touch_clock
-        self.touch_clock = clock
-        self.gpu_used += created
-        tb = self.tenant_blocks
-        tb[lease.tenant] = tb.get(lease.tenant, 0) + created
-        self.locked_gpu += created
-        self.reserved -= created
-        self.tenant_reserved[lease.tenant] -= created
-        inserted = end - start if end > start else 0
-        lease.reserved -= inserted
-        lease.depth += inserted
-        lease.node = node
-        lease.committed = lease.depth >= lease.n_full
-        return inserted
 
     def release(self, lease: Lease, output_hash_ids: list[int] = (), now: float = 0.0) -> int:
         """The request finished (or was preempted): unlock its path, free its reservation.
