@@ -21,14 +21,12 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generalise import LOAD, WORKFLOWS  # noqa: E402
 from prefix_hold import OUT as PREFILL_RUNS  # noqa: E402
-from prefix_hold import run_app  # noqa: E402
+from prefix_hold import sweep  # noqa: E402
 from results import DOCS, check_counts, sweep_flags, write  # noqa: E402
 
 from agentrt.workloads.randomapp import draw_app  # noqa: E402
@@ -109,32 +107,17 @@ def summary(pairs: list[tuple[dict, dict]]) -> str:
             f"under FCFS {reach(rows, 'fcfs')}; under the agent scheduler {reach(rows, 'agent')}.\n")
 
 
-def save(rows: list[dict]) -> None:
-    OUT.write_text(json.dumps({"workflows": WORKFLOWS, "concurrency": LOAD,
-                               "variants": {k: {"args": list(v[0]), "policies": v[1]}
-                                            for k, v in VARIANTS.items()}, "rows": rows}, indent=1))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sweep_flags(ap, json_name="docs/results/cache_at.json", apps=True)
     a = ap.parse_args()
     check_counts(ap, a)
     prefill = json.loads(PREFILL_RUNS.read_text())["rows"]
-    if a.docs_only:
-        rows = json.loads(OUT.read_text())["rows"]
-    else:
-        with tempfile.TemporaryDirectory(prefix="agentrt-cache-at-") as d, ThreadPoolExecutor(a.jobs) as pool:
-            futures = [pool.submit(run_app, s, Path(d), VARIANTS) for s in range(1, a.apps + 1)]
-            rows = []
-            for fut in futures:
-                for r in fut.result():
-                    rows.append(r)
-                    save(rows)          # what finished so far, so a long run can be cut short
-                    print(f"app {r['seed']:3d} f{r['capacity_factor']:g}: fcfs lru {100 * fig(r, 'fcfs', 'lru'):.1f} "
-                          f"pbkv-ta {100 * fig(r, 'fcfs', 'pbkv-ta'):.1f} oracle {100 * fig(r, 'fcfs', 'oracle'):.1f} | "
-                          f"agent lru {100 * fig(r, 'agent', 'lru'):.1f} pbkv-ta {100 * fig(r, 'agent', 'pbkv-ta'):.1f} "
-                          f"oracle {100 * fig(r, 'agent', 'oracle'):.1f}", flush=True)
+    rows = sweep(a, VARIANTS, OUT, lambda r: (
+        f"app {r['seed']:3d} f{r['capacity_factor']:g}: fcfs lru {100 * fig(r, 'fcfs', 'lru'):.1f} "
+        f"pbkv-ta {100 * fig(r, 'fcfs', 'pbkv-ta'):.1f} oracle {100 * fig(r, 'fcfs', 'oracle'):.1f} | "
+        f"agent lru {100 * fig(r, 'agent', 'lru'):.1f} pbkv-ta {100 * fig(r, 'agent', 'pbkv-ta'):.1f} "
+        f"oracle {100 * fig(r, 'agent', 'oracle'):.1f}"))
     pairs = paired(rows, prefill)
     if not a.no_docs:
         write("cache-at", "Built by `python benchmarks/cache_at.py` (docs/results/cache_at.json has every "

@@ -103,10 +103,27 @@ def summary(rows: list[dict]) -> str:
             f"0.95x in {len(reach)}.\n")
 
 
-def save(rows: list[dict]) -> None:
-    OUT.write_text(json.dumps({"workflows": WORKFLOWS, "concurrency": LOAD,
+def save(rows: list[dict], out: Path = OUT, variants: dict | None = None) -> None:
+    out.write_text(json.dumps({"workflows": WORKFLOWS, "concurrency": LOAD,
                                "variants": {k: {"args": list(v[0]), "policies": v[1]}
-                                            for k, v in VARIANTS.items()}, "rows": rows}, indent=1))
+                                            for k, v in (variants or VARIANTS).items()}, "rows": rows}, indent=1))
+
+
+def sweep(a: argparse.Namespace, variants: dict, out: Path, line) -> list[dict]:
+    """Every application's runs under `variants` (`a.apps`, `a.jobs` at once), saved to `out` as
+    they finish (so a long run can be cut short), each row printed as `line(row)`; or, with
+    `a.docs_only`, the rows `out` holds."""
+    if a.docs_only:
+        return json.loads(out.read_text())["rows"]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="agentrt-sweep-") as d, ThreadPoolExecutor(a.jobs) as pool:
+        futures = [pool.submit(run_app, s, Path(d), variants) for s in range(1, a.apps + 1)]
+        for fut in futures:
+            for r in fut.result():
+                rows.append(r)
+                save(rows, out, variants)
+                print(line(r), flush=True)
+    return rows
 
 
 def main() -> None:
@@ -114,21 +131,11 @@ def main() -> None:
     sweep_flags(ap, json_name="docs/results/prefix_hold.json", apps=True)
     a = ap.parse_args()
     check_counts(ap, a)
-    if a.docs_only:
-        rows = json.loads(OUT.read_text())["rows"]
-    else:
-        with tempfile.TemporaryDirectory(prefix="agentrt-hold-") as d, ThreadPoolExecutor(a.jobs) as pool:
-            futures = [pool.submit(run_app, s, Path(d)) for s in range(1, a.apps + 1)]
-            rows = []
-            for fut in futures:
-                for r in fut.result():
-                    rows.append(r)
-                    save(rows)          # what finished so far, so a long run can be cut short
-                    print(f"app {r['seed']:3d} f{r['capacity_factor']:g}: fcfs lru {100 * fig(r, 'fcfs', 'lru'):.1f} "
-                          f"oracle {100 * fig(r, 'fcfs', 'oracle'):.1f} | agent no hold lru "
-                          f"{100 * fig(r, 'agent-no-hold', 'lru'):.1f} | agent lru {100 * fig(r, 'agent', 'lru'):.1f} "
-                          f"pbkv-ta {100 * fig(r, 'agent', 'pbkv-ta'):.1f} oracle {100 * fig(r, 'agent', 'oracle'):.1f}",
-                          flush=True)
+    rows = sweep(a, VARIANTS, OUT, lambda r: (
+        f"app {r['seed']:3d} f{r['capacity_factor']:g}: fcfs lru {100 * fig(r, 'fcfs', 'lru'):.1f} "
+        f"oracle {100 * fig(r, 'fcfs', 'oracle'):.1f} | agent no hold lru "
+        f"{100 * fig(r, 'agent-no-hold', 'lru'):.1f} | agent lru {100 * fig(r, 'agent', 'lru'):.1f} "
+        f"pbkv-ta {100 * fig(r, 'agent', 'pbkv-ta'):.1f} oracle {100 * fig(r, 'agent', 'oracle'):.1f}"))
     if not a.no_docs:
         write("prefix-hold", "Built by `python benchmarks/prefix_hold.py` (docs/results/prefix_hold.json has "
                              "every run's command); each row's trace is `agentrt generate random --workflows "

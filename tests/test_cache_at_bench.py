@@ -64,7 +64,7 @@ def test_one_application_runs_both_variants(monkeypatch, tmp_path):
     hold = load_script(monkeypatch, "prefix_hold")
     monkeypatch.setattr(hold, "WORKFLOWS", 10)
     monkeypatch.setattr(hold, "CAPACITY", [1.0])
-    rows = hold.run_app(1, tmp_path, mod.VARIANTS)
+    rows = hold.run_app(1, tmp_path, mod.VARIANTS)   # what cache_at.py's sweep runs per application
     assert len(rows) == 1 and set(rows[0]["results"]) == set(mod.VARIANTS)
     assert all("--cache-at schedule" in c for c in rows[0]["commands"].values())
     assert set(rows[0]["results"]["agent"]) == {"lru", "pbkv-ta", "oracle"}

@@ -19,6 +19,7 @@ import pytest
 
 from agentrt.sched.base import Scheduler
 from test_sched_admission import call, finish, sim_of
+from test_sched_vllm import _gauge
 from vllm_support import requires_vllm
 
 BUDGET = 256                      # tokens per step (vLLM's --max-num-batched-tokens)
@@ -35,14 +36,6 @@ def _prompts(attempt: int) -> dict[str, list[int]]:
     t = 40 + 10 * attempt
     shared = [t + 1] * SHARED
     return {"blocker": [t] * BLOCKER, "a": shared + [t + 2] * 32, "b": shared + [t + 3] * 32}
-
-
-async def _gauge(client, base: str, name: str) -> float:
-    r = await client.get(base + "/metrics")
-    for line in r.text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 async def _cached_tokens(base: str, attempt: int) -> dict[str, int] | None:
