@@ -92,6 +92,7 @@ def bad_values(tmp):
         (["bench", "--preset", "tpu"], "unknown preset 'tpu'"),
         (["bench", "--engine", "tpu"], "--engine must be sim or vllm"),
         (["bench", "--cache-at", "later"], "--cache-at must be one of prefill, schedule, got 'later'"),
+        (["bench", "--cache-at", ""], "--cache-at must be one of prefill, schedule, got ''"),
         (["bench", "--engine", "vllm", "--cache-at", "schedule"], "--cache-at is for the simulator"),
         (["bench", "--policies", "pbkv", "--predictor", f"{d}/p.pt"], "--predictor"),
     ]

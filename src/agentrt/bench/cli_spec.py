@@ -78,7 +78,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                         concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                         time_scale=time_scale, train_path=str(train) if train else None,
                         policy_options=popts, scheduler=scheduler, tool_hints=tool_hints,
-                        cache_at=cache_at or "prefill",
+                        cache_at="prefill" if cache_at is None else cache_at,
                         scheduler_options=scheduler_options(scheduler, max_wait, tenant_weights,
                                                             max_hold, shared_chunk_tokens, prefix_hold))
     spec = BenchSpec(policies=names, trace=trace,
