@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from agentrt.cache.block import GPU, Block
+from agentrt.cache.block import Block
 from agentrt.cache.lease import Lease
 
 
@@ -45,33 +45,11 @@ class DecodeGrowth:
         is in the tree (`commit_prompt`), since output blocks continue its chain. Returns the
         deepest block of the path (what the runtime tags before `release` unlocks it).
         """
-        node = lease.node
         if not lease.committed or lease.released:
-            return node
+            return lease.node
         k = min(len(hash_ids), lease.reserved)
-        created = 0
-        for i in range(k):
-            h = hash_ids[i]
-            child = node.children.get(h)
-            if child is None:     # the common case, inlined: a fresh locked GPU block
-                child = Block(h, node, GPU, node.tenant)
-                node.children[h] = child
-                node.gpu_children += 1
-                child.lock_ref = 1
-                self.touch_clock += 1
-                child.last_touch = self.touch_clock
-                created += 1
-                node = child
-            else:
-                node = self._insert_child(node, h, locked=True)
-        self.gpu_used += created
-        tb = self.tenant_blocks
-        tb[lease.tenant] = tb.get(lease.tenant, 0) + created
-        self.locked_gpu += created
-        self.reserved -= created
-        self.tenant_reserved[lease.tenant] -= created
+        lease.node = self._extend_locked(lease, hash_ids, 0, k)   # prefill.py
         lease.reserved -= k
-        lease.node = node
         lease.depth += k
         lease.output_blocks += k
-        return node
+        return lease.node

@@ -3,6 +3,8 @@
 - `commit_prompt`: the prompt blocks a request computed enter the tree, locked on its path; all
   at once when its prefill completes (SGLang's radix cache), the first `upto` of them when it is
   preempted mid-prefill, or chunk by chunk as they are scheduled.
+- `_extend_locked`: the insertion both share with `cache_output` (`decode.py`): blocks appended
+  below a lease's path, locked, each taking one of its reserved blocks.
 - `extend_match`: vLLM V1 enters a prompt's blocks in its prefix cache when they are *scheduled*
   (`KVCacheManager.allocate_slots` caches the full blocks of the step's new tokens; the KV is
   written in that iteration before attention reads it), and looks a request's prefix up when the
@@ -28,8 +30,19 @@ class PrefillCommit:
         """
         start = lease.depth
         end = lease.n_full if upto is None or upto > lease.n_full else upto
+        inserted = end - start if end > start else 0
+        lease.node = self._extend_locked(lease, lease.hash_ids, start, end)
+        lease.reserved -= inserted
+        lease.depth += inserted
+        lease.committed = lease.depth >= lease.n_full
+        return inserted
+
+    def _extend_locked(self, lease: Lease, hash_ids: list[int], start: int, end: int) -> Block:
+        """Append `hash_ids[start:end]` below the lease's deepest block, each locked on its path
+        and taking one of the blocks reserved for it (a block another request inserted first is
+        shared and the reservation returned: `_insert_child`). Returns the new deepest block; the
+        caller moves the lease's own counts."""
         node = lease.node
-        hash_ids = lease.hash_ids
         tenant = lease.tenant
         clock = self.touch_clock
         created = 0
@@ -53,16 +66,11 @@ class PrefillCommit:
         self.touch_clock = clock
         self.gpu_used += created
         tb = self.tenant_blocks
-        tb[lease.tenant] = tb.get(lease.tenant, 0) + created
+        tb[tenant] = tb.get(tenant, 0) + created
         self.locked_gpu += created
         self.reserved -= created
-        self.tenant_reserved[lease.tenant] -= created
-        inserted = end - start if end > start else 0
-        lease.reserved -= inserted
-        lease.depth += inserted
-        lease.node = node
-        lease.committed = lease.depth >= lease.n_full
-        return inserted
+        self.tenant_reserved[tenant] -= created
+        return node
 
     def extend_match(self, lease: Lease) -> int:
         """Lock the GPU blocks that follow the lease's matched prefix in the cache now, up to its

@@ -1,10 +1,10 @@
 """A request's lifecycle in the simulated engine: arrival, prefill done, finish.
 
 A mixin of `Simulator`; admission is in `admission.py`. With `cache_at="schedule"` a request's
-hits may grow before its first prefill chunk (`_match_at_schedule`); its counters follow. A request admitted again after a
-preemption (`preemption.py`) prefills its prompt plus what it had generated, and is counted only
-as recomputation: prompt tokens, hits, the TTFT and the `admitted` order stay those of the first
-admission. At the finish, the output
+hits may grow before its first prefill chunk (`_match_at_schedule`); its counters follow. A
+request admitted again after a preemption (`preemption.py`) prefills its prompt plus what it had
+generated, and is counted only as recomputation: prompt tokens, hits, the TTFT and the
+`admitted` order stay those of the first admission. At the finish, the output
 blocks are cached locked on the request's path, the runtime sees `CallFinished` with the deepest
 block (so it tags output blocks too), and only then is the path unlocked and scored.
 """
