@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generalise import LOAD, WORKFLOWS  # noqa: E402
 from prefix_hold import OUT as PREFILL_RUNS  # noqa: E402
-from prefix_hold import sweep  # noqa: E402
+from prefix_hold import fig, sweep  # noqa: E402
 from results import DOCS, check_counts, sweep_flags, write  # noqa: E402
 
 from agentrt.workloads.randomapp import draw_app  # noqa: E402
@@ -34,10 +34,6 @@ from agentrt.workloads.randomapp import draw_app  # noqa: E402
 OUT = DOCS / "results" / "cache_at.json"
 VARIANTS = {"fcfs": (("--cache-at", "schedule"), ["lru", "pbkv-ta", "oracle", "infinite"]),
             "agent": (("--scheduler", "agent", "--cache-at", "schedule"), ["lru", "pbkv-ta", "oracle"])}
-
-
-def fig(row: dict, variant: str, policy: str, key: str = "hit_rate") -> float:
-    return row["results"][variant][policy][key]
 
 
 def paired(rows: list[dict], prefill: list[dict]) -> list[tuple[dict, dict]]:
