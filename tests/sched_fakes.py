@@ -14,12 +14,22 @@ def info(rid, wf="w", tenant="t", n_in=4 * BS, n_out=10, ids=None, agent=None, w
 
 
 class View:
-    """A fake `QueueView`: `cached[rid]` resident prompt blocks, at time `now`."""
+    """A fake `QueueView`: `cached[rid]` resident prompt blocks, at time `now`; a pool of
+    `capacity_blocks` of which running requests hold `reserved_blocks`, `requests` in the engine,
+    and a prefill costing `prefill_s_per_token` seconds a token."""
 
-    def __init__(self, now=0.0, cached=None):
+    def __init__(self, now=0.0, cached=None, capacity_blocks=10**9, reserved_blocks=0, requests=1,
+                 prefill_s_per_token=0.0):
         self.now = now
         self.cached = dict(cached or {})
         self.asked = []
+        self.capacity_blocks = capacity_blocks
+        self.reserved_blocks = reserved_blocks
+        self.requests = requests
+        self.prefill_s_per_token = prefill_s_per_token
+
+    def prefill_seconds(self, tokens):
+        return tokens * self.prefill_s_per_token
 
     def cached_blocks(self, call):
         self.asked.append(call.rid)

@@ -45,6 +45,8 @@ def test_union_matches_recount(shape, ops):
             truth[wf] = node
         assert len(live) == union_size(truth)
         assert live.workflows == len(truth)
+        for k, node in truth.items():
+            assert live.blocks_of(k) == union_size({k: node})
     for wf in list(truth):
         live.drop(wf)
     assert len(live) == 0
@@ -58,9 +60,10 @@ def test_extending_a_context_only_counts_new_blocks_once():
     assert len(live) == 2
     live.set("a", nodes[4])
     assert len(live) == 4
+    assert live.blocks_of("a") == 4 and live.blocks_of("b") == 2
     live.drop("a")
     assert len(live) == 2
-    assert "b" in live and "a" not in live
+    assert "b" in live and "a" not in live and live.blocks_of("a") == 0
 
 
 def test_roots_are_never_counted():

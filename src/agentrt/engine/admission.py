@@ -65,6 +65,13 @@ class CacheQueueView:
     def reserved_blocks(self) -> int:
         return self.cache.reserved
 
+    @property
+    def requests(self) -> int:
+        return len(self.engine.running) + len(self.engine.waiting)
+
+    def prefill_seconds(self, tokens: int) -> float:
+        return self.engine.cost.prefill(tokens, 0)
+
     def tenant_cached_blocks(self, tenant: str) -> int:
         return self.cache.tenant_blocks.get(tenant, 0)
 

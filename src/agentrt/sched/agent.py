@@ -17,12 +17,15 @@ Model
 - Admitted calls get the iteration's prefill tokens in the same order (remaining workflow work
   plus the prompt tokens the call has left to compute), so a short workflow's prefill is not
   stuck behind a long context's chunks.
-- Workflow admission: a new workflow's first call is held back while the live workflows'
-  contexts (their working set, `contexts.py`, shared prefixes counted once) plus its own
-  uncached prompt and output would not fit in the GPU pool beside what running requests hold:
-  starting it would evict the context of a workflow that is only waiting on a tool, which then
-  pays its prefill again. Calls of live workflows are not held for this. The pool size is the engine's,
-  so there is nothing to tune; `max_hold_s` bounds the hold (`base.py`).
+- Workflow admission: when the live workflows' contexts (their working set, `contexts.py`,
+  shared prefixes counted once) plus a new workflow's uncached prompt and output would not fit
+  in the GPU pool beside what running requests hold, starting it would evict the context of a
+  workflow that is only waiting on a tool, which then pays its prefill again. Its first call is
+  held back if that recomputation, felt by every request in the engine, costs more waiting than
+  holding it does (`overcommit.py`: long contexts on a busy replica); otherwise it goes and the
+  engine recomputes a little. Calls of live workflows are not held for this. The pool size and
+  the prefill cost are the engine's, so there is nothing to tune; `max_hold_s` bounds the hold
+  (`base.py`).
 - A call whose next uncached block is in a prompt being computed (a parallel instance forked
   from the same history as one just admitted, `inflight.py`) is held until that prompt is
   cached, then finds it: the shared prefix is computed once. Bounded by `max_wait_s`. Off on
@@ -43,6 +46,7 @@ from agentrt.runtime.window import SampleWindow
 from agentrt.sched.base import DEFAULT_MAX_HOLD_S, DEFAULT_MAX_WAIT_S, Scheduler
 from agentrt.sched.contexts import LiveContexts
 from agentrt.sched.inflight import InflightPrefixes
+from agentrt.sched.overcommit import OvercommitCost
 from agentrt.sched.service import AttainedService
 
 
@@ -83,6 +87,7 @@ class AgentScheduler(Scheduler):
         self.classes: dict[tuple[str, str], WorkflowSizes] = {}
         self.workflow_class: dict[tuple[str, str], tuple[str, str]] = {}
         self.live = LiveContexts()
+        self.overcommit = OvercommitCost(window, max_classes)
         self.prefix_hold = prefix_hold             # False: the scheduler as it was before the hold
         self.inflight = InflightPrefixes()
         self._held_on_prefix: set[int] = set()      # rids held until a prompt being computed is cached
@@ -95,9 +100,11 @@ class AgentScheduler(Scheduler):
         if type(e) is ev.CallArrived:
             c = e.call
             k = (c.tenant, c.workflow)
-            if not c.warmup and k not in self.workflow_class:
-                agent = c.agent or anchor_agent(c.hash_ids, c.input_length, c.block_size)
-                self.workflow_class[k] = (c.tenant, agent)
+            if not c.warmup:
+                self.overcommit.arrived(k, e.now)
+                if k not in self.workflow_class:
+                    agent = c.agent or anchor_agent(c.hash_ids, c.input_length, c.block_size)
+                    self.workflow_class[k] = (c.tenant, agent)
             return
         self.service.observe(e)
         t = type(e)
@@ -106,8 +113,9 @@ class AgentScheduler(Scheduler):
                 self.live.set((e.call.tenant, e.call.workflow), e.node)
         elif t is ev.WorkflowEnded:
             k = (e.tenant, e.workflow)
-            self.live.drop(k)
             cls = self.workflow_class.pop(k, None)
+            self.overcommit.ended(k, cls, self.live.blocks_of(k))
+            self.live.drop(k)
             done = self.service.ended
             if cls is None or done is None or done[0] != k:
                 return
@@ -138,7 +146,12 @@ class AgentScheduler(Scheduler):
             return False
         bs = call.block_size
         own = call.n_full - cached + -(-call.output_length // bs) + 1
-        return len(self.live) + own > view.capacity_blocks - view.reserved_blocks
+        free = view.capacity_blocks - view.reserved_blocks
+        live = len(self.live)
+        if live + own <= free:
+            return False
+        cls = self.workflow_class.get((call.tenant, call.workflow))
+        return self.overcommit.worth_holding(cls, own, live, free, bs, view)
 
     def engine_caches_at_schedule(self) -> None:
         # calls admitted together share there already: holding one would only delay it
@@ -161,4 +174,4 @@ class AgentScheduler(Scheduler):
 
     def state_bytes(self) -> int:
         return (200 * len(self.workflow_class) + 16 * sum(len(s) for s in self.classes.values())
-                + 100 * len(self.inflight))
+                + 100 * len(self.inflight) + 24 * len(self.overcommit))

@@ -59,6 +59,15 @@ class QueueView(Protocol):
         """GPU blocks running requests hold outside the cache tree (partial and output blocks)."""
         ...
 
+    @property
+    def requests(self) -> int:
+        """Requests in the engine: running and waiting (held ones included)."""
+        ...
+
+    def prefill_seconds(self, tokens: int) -> float:
+        """The engine's time to prefill `tokens` uncached prompt tokens alone."""
+        ...
+
 
 class Scheduler:
     name: ClassVar[str] = "fcfs"

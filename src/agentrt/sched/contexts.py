@@ -41,6 +41,11 @@ class LiveContexts:
         p = b.parent
         return p if p is not None and p.parent is not None else None
 
+    def blocks_of(self, key) -> int:
+        """Blocks on workflow `key`'s context path (0 for a workflow with none)."""
+        b = self._node.get(key)
+        return self._info[b][1] if b is not None else 0
+
     def set(self, key, node) -> None:
         """Move workflow `key`'s context to `node` (a cached block, not a root)."""
         if node is None or node.parent is None:
