@@ -17,8 +17,8 @@ Model
   server you already run (URL, KV event endpoint, block size, blocks). This is the way to run GPU
   engines with your own vLLM flags, and what `agentrt.ray.bench` uses to compare routers on the
   same engines.
-- `Ingress` (FastAPI, one replica by default) resolves identity and tokenizes each request into
-  an `AgentCall` (`call.py`) and calls the vLLM deployment's handle; the handle's request router
+- `Ingress` (`ingress.py`; FastAPI, one replica by default) resolves identity and tokenizes each
+  request into an `AgentCall` (`call.py`) and calls the vLLM deployment's handle; the handle's request router
   (`router.py`) picks the replica. Its reply carries the replica's name in `x-agentrt-replica`,
   the workflow key (URL-quoted) and the prompt's token count as the router saw them; `GET /agentrt/router`
   returns the router's per-replica mirror figures (events received, blocks resident, gaps).
@@ -39,15 +39,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 from ray.serve.config import RequestRouterConfig
-from ray.serve.handle import DeploymentHandle
 
-from agentrt.ray.call import CHAT, COMPLETIONS, AgentCall, CallPreparer
+from agentrt.ray.call import AgentCall
+from agentrt.ray.ingress import Ingress
 
 RAY_ROUTERS = {
     # Ray Serve's default: power of two choices on queue length
@@ -150,94 +147,6 @@ class VLLMReplica:
             self.server.stop()
             if self.work is not None:
                 shutil.rmtree(self.work, ignore_errors=True)
-
-
-# defined before the ingress class: Serve pickles its routes when the class is decorated
-def _headers(call: AgentCall, replica: str) -> dict:
-    return {"x-agentrt-replica": replica, "x-agentrt-workflow": quote(call.workflow, safe=""),
-            "x-agentrt-prompt-tokens": str(call.prompt_tokens)}
-
-
-def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "BadRequestError", "param": param,
-                                   "code": status}}, status_code=status)
-
-
-api = FastAPI()
-
-
-@serve.ingress(api)
-class Ingress:
-    def __init__(self, engine: DeploymentHandle, tokenizer: str, block_size: int, served_name: str) -> None:
-        self.engine = engine
-        self.served_name = served_name
-        self.prep = CallPreparer(tokenizer, block_size)
-        self.prep.tokenizer     # load it now, not on the first request
-
-    @api.post(CHAT)
-    async def chat(self, request: Request) -> JSONResponse:
-        return await self._forward(CHAT, request)
-
-    @api.post(COMPLETIONS)
-    async def completions(self, request: Request) -> JSONResponse:
-        return await self._forward(COMPLETIONS, request)
-
-    @api.get("/v1/models")
-    async def models(self) -> dict:
-        return {"object": "list", "data": [{"id": self.served_name, "object": "model", "owned_by": "agentrt"}]}
-
-    async def _forward(self, path: str, request: Request) -> JSONResponse:
-        from agentrt.serve.validate import RequestError
-        try:
-            body = json.loads(await request.body())
-        except ValueError as e:
-            return _error(400, f"the body is not valid JSON: {e}")
-        if not isinstance(body, dict):
-            return _error(400, "the body must be a JSON object")
-        key = "messages" if path == CHAT else "prompt"
-        if key not in body:
-            return _error(400, f"'{key}' is required", key)
-        try:
-            call = self.prep.prepare(path, body, {k.lower(): v for k, v in request.headers.items()})
-        except RequestError as e:
-            return _error(e.status, e.message, e.param)
-        if body.get("stream") is True:
-            return await self._stream(call)
-        status, payload, replica = await self.engine.remote(call)
-        return JSONResponse(payload, status_code=status, headers=_headers(call, replica))
-
-    async def _stream(self, call: AgentCall):
-        gen = self.engine.options(stream=True, method_name="stream").remote(call)
-        try:
-            status, replica = await gen.__anext__()
-        except BaseException:
-            gen.cancel()
-            raise
-        if status != 200:
-            data = b"".join([chunk async for chunk in gen])
-            try:
-                payload = json.loads(data)
-            except ValueError:
-                payload = {"error": {"message": data.decode(errors="replace"), "type": "UpstreamError",
-                                     "code": status}}
-            return JSONResponse(payload, status_code=status, headers=_headers(call, replica))
-
-        async def relay():
-            done = False
-            try:
-                async for chunk in gen:
-                    yield chunk
-                done = True
-            finally:
-                if not done:            # the client went away: stop the replica reading vLLM
-                    gen.cancel()
-        return StreamingResponse(relay(), media_type="text/event-stream", headers=_headers(call, replica))
-
-    @api.get("/agentrt/router")
-    async def router_stats(self) -> list:
-        """The mirror and router figures of this process's agentrt request routers."""
-        from agentrt.ray.router import LIVE
-        return [r.stats() for r in list(LIVE)]
 
 
 def router_config(router: str = "agent", router_options: dict | None = None, block_size: int = 32,

@@ -25,7 +25,8 @@ What it maps (the simulator, `engine/simulator.py`, is the reference for which e
 Failure: the first exception from the runtime or the policy is logged once, the runtime is
 switched off (its per-request tables are cleared) and vLLM carries on with its own LRU order.
 Nothing here raises into vLLM.
-Evictions are tracked by `evictions.py`, the numbers (`stats()`) by `runtime_stats.py`: mixins.
+Evictions are tracked by `evictions.py`, the numbers (`stats()`) by `runtime_stats.py`, failure
+by `failsafe.py`: mixins.
 Time (`now`) is seconds of `time.monotonic()` since the connector started.
 """
 
@@ -41,6 +42,7 @@ from agentrt.vllm import act
 from agentrt.vllm.config import ConnectorConfig
 from agentrt.vllm.eventlog import EventLog
 from agentrt.vllm.evictions import MirrorEvictions
+from agentrt.vllm.failsafe import FailSafe
 from agentrt.vllm.hosttier import GROUP0, HostTier, StepPlan
 from agentrt.vllm.identity import Identity, request_identity
 from agentrt.vllm.kvhints import HintCounts
@@ -49,10 +51,6 @@ from agentrt.vllm.reorder import QueueOrderer, Stopwatch
 from agentrt.vllm.runtime_stats import RuntimeStats
 
 log = logging.getLogger("agentrt.vllm")
-
-
-class InjectedFault(RuntimeError):
-    """Raised on purpose by the `fail_after` test hook."""
 
 
 def _one_torch_thread() -> None:
@@ -67,7 +65,7 @@ def _one_torch_thread() -> None:
             pass
 
 
-class HostedRuntime(MirrorEvictions, RuntimeStats):
+class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
     def __init__(self, cfg: ConnectorConfig, block_size: int, elog: EventLog,
                  separate_workers: bool = False) -> None:
         from agentrt.policies.registry import make_policy
@@ -119,9 +117,7 @@ class HostedRuntime(MirrorEvictions, RuntimeStats):
 
     def _observe(self, e) -> None:
         self._events += 1
-        fa = self.cfg.fail_after
-        if fa is not None and self._events > fa:
-            raise InjectedFault(f"fail_after={fa}: injected failure at event {self._events}")
+        self._injected_fault(f"at event {self._events}")
         t0 = time.perf_counter()
         try:
             self.runtime.observe(e)
@@ -129,32 +125,8 @@ class HostedRuntime(MirrorEvictions, RuntimeStats):
             self.runtime_time.add(time.perf_counter() - t0)
 
     def _score(self, node):
-        fa = self.cfg.fail_after
-        if fa is not None and self._events > fa:
-            raise InjectedFault(f"fail_after={fa}: injected failure in score")
+        self._injected_fault("in score")
         return self.runtime.score(node)
-
-    def fail(self, where: str, exc: BaseException) -> None:
-        """Switch the runtime off for good; vLLM keeps its own (LRU) order from here on."""
-        if self.failed:
-            return
-        self.failed = True
-        self.reorder = False
-        log.exception("agentrt: %s failed (%r); the runtime is off, vLLM continues with LRU",
-                      where, exc, exc_info=exc)
-        self.elog.write("error", where=where, error=repr(exc), disabled=True)
-        # nothing reads these once off: let go of the requests they hold
-        self._reqs.clear()
-        self._waiting.clear()
-        self._plans.clear()
-        self._reused.clear()
-        try:
-            if self._watch:
-                w = self.pool._reuse_watchers
-                for bid in [b for b, cb in w.items() if cb == self._on_reuse]:
-                    del w[bid]
-        except Exception:  # noqa: BLE001 - best effort cleanup
-            pass
 
     def bind_pool(self, pool) -> None:
         self.pool = pool
