@@ -196,11 +196,26 @@ class AdmissionMonitor:
         sim._fits_free = wrapped_fits_free
 
 
+def agent_holding_whatever_does_not_fit():
+    """`agent` with the working-set rule alone (`overcommit.py` always says hold): it keeps the
+    pool below full, so there are free blocks to backfill into. The cost rule admits more and
+    leaves almost none, so it rarely backfills at all."""
+    from agentrt.sched.overcommit import OvercommitCost
+
+    class AlwaysHold(OvercommitCost):
+        def worth_holding(self, *args) -> bool:
+            return True
+    s = make_scheduler("agent")
+    s.overcommit = AlwaysHold()
+    return s
+
+
 @pytest.mark.parametrize("name, gpu, conc", [("agent", 500, 8), ("agent", 400, 32), ("fair", 1000, 16),
                                              ("fair", 400, 32)])
 def test_backfill_never_evicts_on_a_contended_workload(name, gpu, conc):
     calls = workload(workflows=40, concurrency=conc)
-    sim = sim_of(calls, gpu, make_scheduler(name), concurrency=conc)
+    sched = agent_holding_whatever_does_not_fit() if name == "agent" else make_scheduler(name)
+    sim = sim_of(calls, gpu, sched, concurrency=conc)
     mon = AdmissionMonitor(sim)
     finish(sim, len(calls))
     # the rule was exercised: calls were backfilled, others held back that eviction would have fit
