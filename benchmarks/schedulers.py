@@ -141,27 +141,39 @@ def goodput_part(workload: str, n: int, mu: float, slo: float, tmp: Path, log) -
 
 def refine_goodput(workload: str, d: dict, slo: float, tmp: Path, log, steps: int = 4) -> dict:
     """FCFS + LRU's and the best pairs' goodput, refined by bisection between the grid's highest
-    passing rate and the next rate of the grid (`steps` probes; assumes p90 TTFT rises with the
-    rate, which the grid only samples)."""
+    passing rate and the next rate of the grid, or the first failing rate past the grid's top in
+    steps of 1.15x (`steps` probes; assumes p90 TTFT rises with the rate, which the grid only
+    samples)."""
     good, n = d["goodput"], d["workflows"]
     rates = sorted(pt["rate"] for pt in d["goodput_grid"])
     best = max(good.values())
     out: dict = {}
     for k in ["fcfs+lru"] + [k for k, v in good.items() if v == best and k != "fcfs+lru"]:
         lo = good[k]
-        if lo <= 0 or lo >= rates[-1]:
+        if lo <= 0:
             out[k] = {"rate": lo, "probes": [], "command": None}
             continue
-        hi = min(r for r in rates if r > lo)
         sched, pol = k.split("+")
         probes, cmd = [], None
-        for _ in range(steps):
-            mid = (lo + hi) / 2
-            path, gen_cmd = generate(workload, mid, n, tmp)
+
+        def passes(rate: float) -> bool:
+            nonlocal cmd
+            path, _ = generate(workload, rate, n, tmp)
             doc, cmd = bench(path, [pol], sched, tmp)
             p90 = doc["results"][pol]["ttft_p90_s"]
-            probes.append([mid, p90])
-            lo, hi = (mid, hi) if p90 <= slo else (lo, mid)
+            probes.append([rate, p90])
+            return p90 <= slo
+        hi = min((r for r in rates if r > lo), default=None)
+        if hi is None:      # it passes at the grid's top: go past it, as `oracle_goodput` does
+            for r in (rates[-1] * 1.15 ** j for j in range(1, 7)):
+                if not passes(r):
+                    hi = r
+                    break
+                lo = r
+        if hi is not None:
+            for _ in range(steps):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if passes(mid) else (lo, mid)
         out[k] = {"rate": lo, "probes": probes, "command": cmd}
         log(f"  {workload} goodput of {k} refined: {lo:.5f}/s (" + ", ".join(f"{r:.5f}: {t:.2f}s" for r, t in probes) + ")")
     return out
@@ -299,7 +311,8 @@ def table_md(workload: str, d: dict, slo: float) -> str:
             top = max(ref.items(), key=lambda kv: kv[1]["rate"])
             cmd = next((v["command"] for v in ref.values() if v["command"]), "")
             parts.append("Refined by bisection (4 probes between each pair's highest passing grid rate and the next "
-                         "grid rate; it assumes p90 TTFT rises with the rate): "
+                         "grid rate, or past the grid's top in 1.15x steps if need be; it assumes p90 TTFT rises "
+                         "with the rate): "
                          + ", ".join(f"{k} {v['rate']:.5f}" for k, v in ref.items())
                          + f"; best {top[0]} = {top[1]['rate'] / r0:.2f}x FCFS + LRU. Each probe is "
                          f"`agentrt generate {workload} --workflows {d['workflows']} --seed 0 --rate RATE` and a bench "

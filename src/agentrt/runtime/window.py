@@ -64,3 +64,14 @@ class SampleWindow:
         if self.sums is None:
             self.sums = np.concatenate((np.cumsum(o[::-1])[::-1], [0.0]))
         return float(self.sums[i]) / (len(o) - i) - elapsed
+
+
+def window_in(table: dict, key, max_keys: int, make) -> SampleWindow:
+    """`table[key]`, made by `make()` when absent; the oldest key is dropped first when the table
+    already holds `max_keys` (per-class windows stay bounded)."""
+    w = table.get(key)
+    if w is None:
+        if len(table) >= max_keys:
+            table.pop(next(iter(table)))
+        w = table[key] = make()
+    return w

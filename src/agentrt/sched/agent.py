@@ -42,7 +42,7 @@ from typing import ClassVar
 
 from agentrt.runtime import events as ev
 from agentrt.runtime.identity import anchor_agent
-from agentrt.runtime.window import SampleWindow
+from agentrt.runtime.window import SampleWindow, window_in
 from agentrt.sched.base import DEFAULT_MAX_HOLD_S, DEFAULT_MAX_WAIT_S, Scheduler
 from agentrt.sched.contexts import LiveContexts
 from agentrt.sched.inflight import InflightPrefixes
@@ -119,12 +119,7 @@ class AgentScheduler(Scheduler):
             done = self.service.ended
             if cls is None or done is None or done[0] != k:
                 return
-            sizes = self.classes.get(cls)
-            if sizes is None:
-                if len(self.classes) >= self.max_classes:
-                    self.classes.pop(next(iter(self.classes)))
-                sizes = self.classes[cls] = WorkflowSizes(self.window)
-            sizes.add(done[1])
+            window_in(self.classes, cls, self.max_classes, lambda: WorkflowSizes(self.window)).add(done[1])
 
     def expected_remaining(self, call) -> float:
         k = (call.tenant, call.workflow)

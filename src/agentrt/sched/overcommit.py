@@ -26,7 +26,7 @@ engine's own cost; there is no threshold to tune.
 
 from __future__ import annotations
 
-from agentrt.runtime.window import SampleWindow
+from agentrt.runtime.window import SampleWindow, window_in
 
 
 class OvercommitCost:
@@ -51,12 +51,7 @@ class OvercommitCost:
         self.last_arrival.pop(workflow, None)
         if cls is None or context_blocks <= 0:
             return
-        w = self.contexts.get(cls)
-        if w is None:
-            if len(self.contexts) >= self.max_classes:
-                self.contexts.pop(next(iter(self.contexts)))
-            w = self.contexts[cls] = SampleWindow(self.window)
-        w.add(float(context_blocks))
+        window_in(self.contexts, cls, self.max_classes, lambda: SampleWindow(self.window)).add(float(context_blocks))
 
     def expected_context(self, cls: tuple[str, str] | None, own_blocks: int) -> int:
         w = self.contexts.get(cls) if cls is not None else None
