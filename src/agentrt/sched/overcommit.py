@@ -9,7 +9,12 @@ Model (the `agent` scheduler's workflow admission, `agent.py`)
 - Over-committed, the pool cannot keep every live context across a cycle (the time from one call
   of a workflow to its next: its call and its tool time, the mean over the recent gaps of every
   workflow): about the over-committed blocks are computed again each cycle, a prefill of
-  `blocks x block_size` tokens that takes the engine `view.prefill_seconds(tokens)`.
+  `blocks x block_size` tokens that takes the engine `view.prefill_seconds(tokens)`. Parallel
+  calls count as calls (a gap of 0): a subagent's call reads its own context, so a workflow
+  running several threads reads contexts that much more often. Instances of a fan-out that
+  share one prefix are over-counted by this, which makes the rule hold a little more there;
+  counting steps instead under-counts subagents, and on the coding workload past the knee it
+  admitted too much.
 - That prefill delays every request in the engine (running and waiting, the new workflow's
   first call among them), so admitting costs `prefill_seconds / cycle x requests` seconds of
   waiting per second; holding costs one (the held workflow waits). Hold while the first is at
