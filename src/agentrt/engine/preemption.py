@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentrt.engine.request import DECODE, LOADING, WAITING, Request
+from agentrt.runtime.state import tag_path
 
 if TYPE_CHECKING:
     from agentrt.engine.simulator import Simulator
@@ -83,7 +84,7 @@ class Preemption:
             # runtime has no preemption event: its own tagging step is reused directly)
             th = self.runtime._calls.get(r.info.rid)
             if th is not None:
-                self.runtime._tag_path(node, th)
+                tag_path(node, th)
         cache.release(lease)
         r.requeue(ohids)
         self.waiting.appendleft(r)

@@ -36,7 +36,7 @@ from agentrt.runtime import events as ev
 from agentrt.runtime.branches import untag_dead_branch
 from agentrt.runtime.identity import anchor_agent
 from agentrt.runtime.policy import Policy
-from agentrt.runtime.state import AgentProfile, Thread, WorkflowState, tag_block
+from agentrt.runtime.state import AgentProfile, Thread, WorkflowState, tag_path
 
 
 class AgentRuntime:
@@ -281,15 +281,7 @@ class AgentRuntime:
                 untag_dead_branch(old, node, th)
             th.last_node = node
             if self.tags:
-                self._tag_path(node, th)
-
-    @staticmethod
-    def _tag_path(node, th: Thread) -> None:
-        # a thread's prompts only grow, so once a block already carries it, so do its ancestors
-        while node is not None and node.parent is not None:
-            if not tag_block(node, th):
-                return
-            node = node.parent
+                tag_path(node, th)
 
     def state_bytes(self) -> int:
         """Rough size of the runtime's own tables plus the policy's state."""

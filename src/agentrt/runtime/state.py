@@ -145,3 +145,12 @@ def tag_block(block, th: Thread) -> bool:
     else:
         meta.add(th)
     return True
+
+
+def tag_path(node, th: Thread) -> None:
+    """Record that `th` used `node` and its ancestors up to the tenant's root. A thread's prompts
+    only grow, so once a block already carries it, so do its ancestors: the walk stops there."""
+    while node is not None and node.parent is not None:
+        if not tag_block(node, th):
+            return
+        node = node.parent
