@@ -304,7 +304,10 @@ async def _cached_by_priority(base: str, priorities: list[int], attempt: int) ->
         b = asyncio.ensure_future(blocker(client))
         deadline = time.monotonic() + 120
         while await _gauge(client, base, "vllm:num_requests_running") < 1:   # the blocker runs
-            assert time.monotonic() < deadline and not b.done(), "the blocking request never ran"
+            if b.done():        # it ran and finished between two reads of the gauge: try again
+                await b
+                return None
+            assert time.monotonic() < deadline, "the blocking request never ran"
             await asyncio.sleep(0.01)
         tasks = []
         for p in priorities:
