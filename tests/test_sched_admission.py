@@ -433,3 +433,22 @@ def test_cache_queue_view_matches_a_fresh_match_throughout_a_replay():
     sim._view = Checking()
     finish(sim, len(calls))
     assert seen["n"] > 100 and seen["warm"] > 0
+
+
+def test_the_view_shows_the_engine_load_and_prefill_cost_the_agent_hold_weighs():
+    """`requests` and `prefill_seconds` (read by `agent`'s workflow admission, `overcommit.py`)
+    are the engine's: its running and waiting requests when asked, its cost model's prefill."""
+    from agentrt.sched.overcommit import OvercommitCost
+    calls = workload(workflows=40, concurrency=16)
+    sim = sim_of(calls, 400, make_scheduler("agent"), concurrency=16)
+    asked = []
+
+    class Checking(OvercommitCost):
+        def worth_holding(self, cls, own, live, free, bs, view) -> bool:
+            assert view.requests == len(sim.running) + len(sim.waiting) >= 1
+            assert view.prefill_seconds(own * bs) == sim.cost.prefill(own * bs, 0) > 0
+            asked.append(view.requests)
+            return super().worth_holding(cls, own, live, free, bs, view)
+    sim.sched.overcommit = Checking()
+    finish(sim, len(calls))
+    assert asked and sim._view.prefill_seconds(0) == 0.0
