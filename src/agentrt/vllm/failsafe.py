@@ -21,8 +21,10 @@ class InjectedFault(RuntimeError):
 
 class FailSafe:
     def _injected_fault(self, where: str) -> None:
+        """Raise once `fail_after` events have been observed (callers check it is set: they sit
+        on the per-event and per-block paths)."""
         fa = self.cfg.fail_after
-        if fa is not None and self._events > fa:
+        if self._events > fa:
             raise InjectedFault(f"fail_after={fa}: injected failure {where}")
 
     def fail(self, where: str, exc: BaseException) -> None:
