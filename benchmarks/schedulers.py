@@ -139,6 +139,47 @@ def goodput_part(workload: str, n: int, mu: float, slo: float, tmp: Path, log) -
     return {"grid": grid, "goodput": good}
 
 
+class RateProbe:
+    """One pair's p90 TTFT at a rate, against the SLO: each probe generates the workload at that
+    rate and benches the pair; every probe is kept as [rate, p90], with the last bench command."""
+
+    def __init__(self, workload: str, n: int, scheduler: str, policy: str, slo: float, tmp: Path) -> None:
+        self.workload, self.n, self.scheduler, self.policy = workload, n, scheduler, policy
+        self.slo, self.tmp = slo, tmp
+        self.probes: list = []
+        self.command: str | None = None
+
+    def __call__(self, rate: float) -> bool:
+        path, _ = generate(self.workload, rate, self.n, self.tmp)
+        doc, self.command = bench(path, [self.policy], self.scheduler, self.tmp)
+        p90 = doc["results"][self.policy]["ttft_p90_s"]
+        self.probes.append([rate, p90])
+        return p90 <= self.slo
+
+    def scan_up(self, lo: float, rates: list[float]) -> tuple[float, float | None]:
+        """From a passing `lo` through `rates` (ascending) to the first that fails: (the last
+        passing rate, that one, or None if every one passed)."""
+        for r in rates:
+            if not self(r):
+                return lo, r
+            lo = r
+        return lo, None
+
+    def bisect(self, lo: float, hi: float, steps: int) -> float:
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if self(mid) else (lo, mid)
+        return lo
+
+    def shown(self) -> str:
+        return ", ".join(f"{r:.5f}: {t:.2f}s" for r, t in self.probes)
+
+
+def past_top(rates: list[float]) -> list[float]:
+    """Rates past the grid's top in steps of 1.15x, for pairs that still meet the SLO there."""
+    return [rates[-1] * 1.15 ** k for k in range(1, 7)]
+
+
 def refine_goodput(workload: str, d: dict, slo: float, tmp: Path, log, steps: int = 4) -> dict:
     """FCFS + LRU's and the best pairs' goodput, refined by bisection between the grid's highest
     passing rate and the next rate of the grid, or the first failing rate past the grid's top in
@@ -153,29 +194,14 @@ def refine_goodput(workload: str, d: dict, slo: float, tmp: Path, log, steps: in
         if lo <= 0:
             out[k] = {"rate": lo, "probes": [], "command": None}
             continue
-        sched, pol = k.split("+")
-        probes, cmd = [], None
-
-        def passes(rate: float) -> bool:
-            nonlocal cmd
-            path, _ = generate(workload, rate, n, tmp)
-            doc, cmd = bench(path, [pol], sched, tmp)
-            p90 = doc["results"][pol]["ttft_p90_s"]
-            probes.append([rate, p90])
-            return p90 <= slo
+        probe = RateProbe(workload, n, *k.split("+"), slo, tmp)
         hi = min((r for r in rates if r > lo), default=None)
         if hi is None:      # it passes at the grid's top: go past it, as `oracle_goodput` does
-            for r in (rates[-1] * 1.15 ** j for j in range(1, 7)):
-                if not passes(r):
-                    hi = r
-                    break
-                lo = r
+            lo, hi = probe.scan_up(lo, past_top(rates))
         if hi is not None:
-            for _ in range(steps):
-                mid = (lo + hi) / 2
-                lo, hi = (mid, hi) if passes(mid) else (lo, mid)
-        out[k] = {"rate": lo, "probes": probes, "command": cmd}
-        log(f"  {workload} goodput of {k} refined: {lo:.5f}/s (" + ", ".join(f"{r:.5f}: {t:.2f}s" for r, t in probes) + ")")
+            lo = probe.bisect(lo, hi, steps)
+        out[k] = {"rate": lo, "probes": probe.probes, "command": probe.command}
+        log(f"  {workload} goodput of {k} refined: {lo:.5f}/s ({probe.shown()})")
     return out
 
 
@@ -189,39 +215,21 @@ def oracle_goodput(workload: str, d: dict, slo: float, tmp: Path, log, steps: in
     i = rates.index(start) if start in rates else 0
     out: dict = {}
     for sched in ("fcfs", "agent"):
-        probes: list = []
-        cmd = None
-
-        def passes(rate: float) -> bool:
-            nonlocal cmd
-            path, _ = generate(workload, rate, n, tmp)
-            doc, cmd = bench(path, ["oracle"], sched, tmp)
-            p90 = doc["results"]["oracle"]["ttft_p90_s"]
-            probes.append([rate, p90])
-            return p90 <= slo
+        probe = RateProbe(workload, n, sched, "oracle", slo, tmp)
         lo = hi = None
-        if passes(rates[i]):
-            lo = rates[i]
-            beyond = [rates[-1] * 1.15 ** k for k in range(1, 7)]   # past the grid's top, if need be
-            for r in rates[i + 1:] + beyond:
-                if not passes(r):
-                    hi = r
-                    break
-                lo = r
+        if probe(rates[i]):
+            lo, hi = probe.scan_up(rates[i], rates[i + 1:] + past_top(rates))
         else:
             hi = rates[i]
             for r in reversed(rates[:i]):
-                if passes(r):
+                if probe(r):
                     lo = r
                     break
                 hi = r
         if lo is not None and hi is not None:
-            for _ in range(steps):
-                mid = (lo + hi) / 2
-                lo, hi = (mid, hi) if passes(mid) else (lo, mid)
-        out[f"{sched}+oracle"] = {"rate": lo or 0.0, "probes": probes, "command": cmd}
-        log(f"  {workload} goodput of {sched}+oracle: {lo or 0.0:.5f}/s (" +
-            ", ".join(f"{r:.5f}: {t:.2f}s" for r, t in probes) + ")")
+            lo = probe.bisect(lo, hi, steps)
+        out[f"{sched}+oracle"] = {"rate": lo or 0.0, "probes": probe.probes, "command": probe.command}
+        log(f"  {workload} goodput of {sched}+oracle: {lo or 0.0:.5f}/s ({probe.shown()})")
     return out
 
 

@@ -45,3 +45,20 @@ def test_refine_bisects_and_goes_past_the_grid_top(monkeypatch, knee_x, expect_p
     assert best <= knee_x and best > knee_x * 0.97
     past = [r for p, r in probed if p == "agent+pbkv-ta" and r > grid[-1]]
     assert bool(past) == expect_past_top
+
+
+@pytest.mark.parametrize("fcfs_knee, agent_knee", [(0.7, 1.4), (0.9, 1.1)])
+def test_oracle_goodput_scans_down_or_up_then_bisects(monkeypatch, fcfs_knee, agent_knee):
+    mod = load_script(monkeypatch, "schedulers")
+    grid = [0.5, 0.8, 1.0, 1.2]
+    knee = {"fcfs+oracle": fcfs_knee, "agent+oracle": agent_knee}
+    d = {"workflows": 10, "goodput_grid": [{"rate": r} for r in grid], "goodput": {"fcfs+lru": 0.8}}
+    probed = fake_runs(mod, monkeypatch, knee)
+    out = mod.oracle_goodput("mix", d, 2.0, Path("."), lambda m: None, steps=6)
+    for pair, k in knee.items():
+        got = out[pair]["rate"]
+        assert k * 0.97 < got <= k, (pair, got)
+        mine = [r for p, r in probed if p == pair]
+        assert mine[0] == 0.8                              # the scan starts at FCFS + LRU's goodput
+        assert [r for r, _ in out[pair]["probes"]] == mine
+        assert out[pair]["command"] == f"bench {pair} {mine[-1]}"
