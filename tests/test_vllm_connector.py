@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from agentrt.cache.block import GPU
 from agentrt.vllm.config import ConnectorConfig, kv_transfer_config
 from agentrt.vllm.identity import identity_of, xargs_for
 from agentrt.vllm.mirror import Mirror, hash_int
@@ -309,6 +310,14 @@ def test_pool_prefetch_loads_a_host_path_into_free_blocks():
     for slot, bid in plan.loads:                           # the loaded blocks hold the right KV
         key = ph.pool.blocks[bid].block_hash
         assert bool((ph.kv[bid] == ph.content(key[:-4])).all())
+    # the blocks the prefetch took from cached entries left the mirror; the loaded ones stay
+    # mapped after the step's flush (it used to release the new mapping instead of the old)
+    ph.h.step(None)
+    m = ph.h.mirror
+    for _, bid in plan.loads:
+        node = m.by_block[bid]
+        assert node.key == ph.pool.blocks[bid].block_hash and node.tier == GPU
+    assert sum(m.tenant_blocks.values()) == len(m.by_block) == sum(n.copies for n in m.nodes.values() if n.tier == GPU)
     assert ph.call(live, {"agentrt_workflow": "live"}) == 16
 
 

@@ -117,6 +117,9 @@ def prefetch(h, a) -> int:
 def _load(h, path: list, depth: int) -> None:
     host, pool, mirror = h.host, h.pool, h.mirror
     blocks = pool.get_new_blocks(len(path))      # evictions here are demoted in this same step
+    # release what those blocks held from the mirror now, before they are mapped to the loaded
+    # nodes: a later flush would otherwise release the new mapping instead of the old one
+    h._flush_evictions()
     bs = h.block_size
     for i, (blk, node) in enumerate(zip(blocks, path)):
         pool._insert_block_hash(node.key, blk, num_tokens=(depth + i + 1) * bs)

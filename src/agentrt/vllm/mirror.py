@@ -8,7 +8,9 @@ Model
 - `Block.hash` is the first 8 bytes of vLLM's hash as an int: the same int the runtime sees in a
   call's `hash_ids`, so anchors and profiles agree with the tree.
 - Physical blocks map to nodes (`by_block`); vLLM may hold two copies of one hash, so a node
-  counts its copies and leaves the tree when the last copy is evicted.
+  counts its copies and leaves the tree when the last copy is evicted. `tenant_blocks` counts
+  the mapped physical blocks per tenant of their node (the tenant whose request stored the hash
+  first): what each tenant holds of the pool in cached blocks, for tenant KV shares.
 - Touch clock: a count of block touches. A finishing request touches its path deepest block
   first, the order in which vLLM frees (and so LRU-queues) it: equal policy scores then keep
   stock vLLM's order.
@@ -45,6 +47,7 @@ class Mirror:
         self.root = Block(-1, None, GPU, "default")
         self.nodes: dict[bytes, MirrorBlock] = {}
         self.by_block: dict[int, MirrorBlock] = {}
+        self.tenant_blocks: dict[str, int] = {}
         self.clock = 0
         self.inserted = 0
         self.evicted = 0
@@ -78,9 +81,9 @@ class Mirror:
             if self.by_block.get(bid) is not node:
                 old = self.by_block.get(bid)
                 if old is not None:               # the block was reused without us noticing
+                    self._unmap(bid)
                     self._drop_copy(bid, old)
-                self.by_block[bid] = node
-                node.copies += 1
+                self._map(bid, node)
                 fresh.append(bid)
             path.append(node)
             parent = node
@@ -90,10 +93,9 @@ class Mirror:
     def release_block(self, block_id: int) -> MirrorBlock | None:
         """vLLM reused physical block `block_id`: its node if that was the node's last copy (the
         caller then drops it or demotes it to the host tier)."""
-        node = self.by_block.pop(block_id, None)
+        node = self._unmap(block_id)
         if node is None:
             return None
-        node.copies -= 1
         return node if node.copies <= 0 else None
 
     def evict_block(self, block_id: int) -> MirrorBlock | None:
@@ -103,8 +105,28 @@ class Mirror:
             self.drop(node)
         return node
 
-    def _drop_copy(self, block_id: int, node: MirrorBlock) -> bool:
+    def _map(self, block_id: int, node: MirrorBlock) -> None:
+        self.by_block[block_id] = node
+        node.copies += 1
+        tb = self.tenant_blocks
+        tb[node.tenant] = tb.get(node.tenant, 0) + 1
+
+    def _unmap(self, block_id: int) -> MirrorBlock | None:
+        """Forget physical block `block_id`: its node (one copy fewer), or None if unmapped."""
+        node = self.by_block.pop(block_id, None)
+        if node is None:
+            return None
         node.copies -= 1
+        tb = self.tenant_blocks
+        n = tb[node.tenant] - 1
+        if n > 0:
+            tb[node.tenant] = n
+        else:
+            del tb[node.tenant]
+        return node
+
+    def _drop_copy(self, block_id: int, node: MirrorBlock) -> bool:
+        """`block_id` (already unmapped) was `node`'s: drop the node if that was its last copy."""
         if node.copies > 0:
             return False
         self.drop(node)
@@ -122,8 +144,9 @@ class Mirror:
 
     def map_block(self, block_id: int, node: MirrorBlock) -> None:
         """Physical block `block_id` now holds `node` (a prefetch loaded it)."""
-        self.by_block[block_id] = node
-        node.copies += 1
+        if block_id in self.by_block:
+            self._drop_copy(block_id, self._unmap(block_id))
+        self._map(block_id, node)
         node.tier = GPU
 
     def touch_path(self, path: list) -> None:
@@ -145,6 +168,7 @@ class Mirror:
             n.tier = GONE
         self.nodes.clear()
         self.by_block.clear()
+        self.tenant_blocks.clear()
         self.root.children.clear()
         self.evicted += len(gone)
         return gone
