@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agentrt.enginebench.priority import BenchPriorities
-from agentrt.enginebench.runner import plan_runs
+from agentrt.enginebench.runner import connector_shares, plan_runs
 from agentrt.errors import AgentrtError
 from agentrt.runtime import events as ev
 from agentrt.sched.registry import make_scheduler
@@ -98,6 +98,13 @@ def test_runs_put_stock_vllm_first_and_label_scheduled_ones():
     assert plan_runs(["pbkv-lae"], "fcfs") == [("lru", "lru", "fcfs"), ("pbkv-lae", "pbkv-lae", "fcfs")]
     assert plan_runs(["lru", "pbkv-lae"], "agent") == [
         ("lru", "lru", "fcfs"), ("lru+agent", "lru", "agent"), ("pbkv-lae+agent", "pbkv-lae", "agent")]
+
+
+def test_fair_has_the_connector_share_the_pool_with_its_weights():
+    from agentrt.sched.registry import make_scheduler
+    assert connector_shares(make_scheduler("fair")) is True
+    assert connector_shares(make_scheduler("fair", weights="gold:3")) == {"gold": 3.0}
+    assert connector_shares(make_scheduler("agent")) is None and connector_shares(None) is None
 
 
 def test_server_command_asks_for_priority_scheduling():

@@ -14,7 +14,9 @@ With a `scheduler` other than fcfs (`agentrt.sched`), stock vLLM (`lru`, fcfs) s
 as the baseline of the same run; then every policy asked for runs under the scheduler, labelled
 `POLICY+SCHEDULER`, on a server started with `--scheduling-policy priority`, each request carrying
 the priority a fresh scheduler instance gives it (`priority.py`). Each result names its
-`scheduler`, the server's `scheduling_policy` and the priorities sent (`priorities`).
+`scheduler`, the server's `scheduling_policy` and the priorities sent (`priorities`). A scheduler
+with KV shares (`fair`) also has the connector share the pool by tenant (`tenant_shares`, with
+the scheduler's weights), as the simulator does.
 """
 
 from __future__ import annotations
@@ -89,6 +91,14 @@ class EngineBenchOptions:
 
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+def connector_shares(sched) -> bool | dict | None:
+    """The connector's `tenant_shares` for a scheduler: its weights (True: all equal) when it
+    shares the KV cache by tenant (`fair`), None otherwise."""
+    if not getattr(sched, "kv_shares", False):
+        return None
+    return dict(sched.weights) or True
 
 
 def plan_runs(policies: list[str], scheduler: str) -> list[tuple[str, str, str]]:
@@ -179,12 +189,14 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
                                 max_model_len=opts.max_model_len)
             ev_path = log_dir / f"connector-{label}.jsonl"
             ev_path.unlink(missing_ok=True)
+            sched = opts.make_scheduler() if sched_name != "fcfs" else None   # a fresh one per run
+            shares = connector_shares(sched)
             kv = kv_transfer_config(name, options=opts.policy_options.get(name) or None,
                                     event_log=str(ev_path), host_blocks=opts.host_blocks or None,
-                                    train_trace=train_trace if _needs_training(name) else None)
+                                    train_trace=train_trace if _needs_training(name) else None,
+                                    tenant_shares=shares)
             prios = None
-            if sched_name != "fcfs":
-                sched = opts.make_scheduler()      # a fresh instance per run
+            if sched is not None:
                 prios = BenchPriorities(sched, source.header.block_size, tpb,
                                         sim_gpu_blocks * source.header.block_size)
             srv = VLLMServer(str(model_dir), block_size=opts.block_size, num_blocks=opts.vllm_blocks,
@@ -201,7 +213,8 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
             r = results[label] = summarize(res, before, after, connector_stats(ev_path))
             r.update(policy=name, scheduler=sched_name,
                      scheduling_policy="priority" if prios is not None else "fcfs",
-                     priorities=prios.stats() if prios is not None else None)
+                     priorities=prios.stats() if prios is not None else None,
+                     tenant_shares=shares)
             clipped = renderer.clipped
     finally:
         if opts.log_dir is None:

@@ -81,9 +81,10 @@ class TenantShares(Policy):
             else:
                 self.inflight.pop(e.call.tenant, None)
         self.inner.observe(e)
-        self._recheck()
+        self.recheck()
 
-    def _recheck(self) -> None:
+    def recheck(self) -> None:
+        """Which tenants are over their share, from the attached cache's counts (bumps the epoch on a change)."""
         if self.cache is None:
             return
         cache = self.cache
@@ -127,6 +128,10 @@ class TenantShares(Policy):
     def bound(evict_below):
         """A wrapped policy's eviction bound in this wrapper's key space."""
         return (True, evict_below)
+
+    def stats(self) -> dict[str, int | float]:
+        """The wrapped policy's numbers, and the tenants now over their share."""
+        return dict(self.inner.stats(), tenants_over_share=len(self.over))
 
     def state_bytes(self) -> int:
         return self.inner.state_bytes() + 100 * (len(self.inflight) + len(self.over))

@@ -24,6 +24,11 @@ Keys of `kv_connector_extra_config` (all optional):
     max_workflows   cap on open workflows in all (default 65536; null: none); over it, the
                     oldest idle workflow is ended (counted as `workflows_capped` in the stats)
     max_workflows_per_tenant  the same per tenant (default 8192; null: none)
+    tenant_shares   false (default), true, or weights "gold:3,free:1" / {"gold": 3}: share the
+                    KV pool by tenant weight; a tenant holding more than its share (cached blocks
+                    plus its running requests' blocks) has its blocks evicted before any other
+                    tenant's (the `fair` scheduler's KV shares; `vllm/tenants.py`). Unnamed
+                    tenants weigh 1. Works with every policy, `lru` included
     fail_after      test hook: the hosted runtime raises after this many events
 Unknown keys are an error in the connector's log (reported once) and otherwise ignored.
 """
@@ -53,6 +58,7 @@ class ConnectorConfig:
     sweep_interval_s: float = 5.0
     max_workflows: int | None = 65536
     max_workflows_per_tenant: int | None = 8192
+    tenant_shares: bool | str | dict = False
     fail_after: int | None = None
 
     @classmethod
@@ -80,12 +86,28 @@ class ConnectorConfig:
                 if v < 1:
                     raise ValueError(f"{name} must be >= 1 (or null: no cap), got {v}")
                 setattr(cfg, name, v)
+        cfg.share_weights()                     # a bad weight fails here
         return cfg, unknown
+
+    def share_weights(self) -> dict[str, float] | None:
+        """Tenant weights of the KV shares; None when shares are off."""
+        from agentrt.sched.fair import parse_weights
+        v = self.tenant_shares
+        if v is False or v is None:
+            return None
+        if v is True:
+            return {}
+        if isinstance(v, (str, dict)):
+            try:
+                return parse_weights(v)
+            except ValueError as e:
+                raise ValueError(f"tenant_shares: {e}") from None
+        raise ValueError(f"tenant_shares must be true, false, 'tenant:weight,...' or an object, got {v!r}")
 
     @property
     def stock(self) -> bool:
-        """Nothing to do to vLLM's order: plain LRU, or observe-only."""
-        return self.policy == "lru" or not self.reorder
+        """Nothing to do to vLLM's order: plain LRU without tenant shares, or observe-only."""
+        return (self.policy == "lru" and self.share_weights() is None) or not self.reorder
 
     def policy_options(self) -> dict:
         opts = dict(self.options)

@@ -19,6 +19,8 @@ What it maps (the simulator, `engine/simulator.py`, is the reference for which e
   a lookup reports the host blocks that continue a request's GPU hit as an external hit, and
   `Prefetch` actions load host blocks back (`act.py`); each step's copies go to the worker in
   the step's metadata (`end_step`).
+- With `tenant_shares` the policy is wrapped in `TenantShares` (`sched/kvshare.py`) over the
+  per-tenant counts of `tenants.py`: a tenant over its share of the pool is evicted first.
 - Every scheduler step runs the runtime's silence sweep once `sweep_interval_s` has passed
   (`AgentRuntime.sweep`); the runtime's caps on open workflows (`max_workflows`,
   `max_workflows_per_tenant`) end the oldest idle ones, counted as `workflows_capped`.
@@ -49,6 +51,7 @@ from agentrt.vllm.kvhints import HintCounts
 from agentrt.vllm.mirror import Mirror, hash_int
 from agentrt.vllm.reorder import QueueOrderer, Stopwatch
 from agentrt.vllm.runtime_stats import RuntimeStats
+from agentrt.vllm.tenants import with_tenant_shares
 
 log = logging.getLogger("agentrt.vllm")
 
@@ -81,11 +84,12 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
             from agentrt.trace.reader import TraceReader
             reader = TraceReader(cfg.train_trace)
             self.policy.train(iter(reader), reader.header.block_size)
+        self.mirror = Mirror()
+        self.policy, self.tenants = with_tenant_shares(self.policy, cfg.share_weights(), self.mirror, block_size)
         self.runtime = AgentRuntime(self.policy, anchor_tokens=cfg.anchor_tokens,
                                     silent_after_s=cfg.silent_after_s,
                                     max_workflows=cfg.max_workflows,
                                     max_workflows_per_tenant=cfg.max_workflows_per_tenant)
-        self.mirror = Mirror()
         self.runtime.touch_clock = lambda: self.mirror.clock
         self.reorder = not cfg.stock
         self.failed = False
@@ -134,6 +138,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
         self.pool = pool
         self._watch = isinstance(getattr(pool, "_reuse_watchers", None), dict)
         self.orderer = QueueOrderer(pool.free_block_queue, self._score, self.mirror.by_block)
+        self.tenants.gpu_capacity = pool.num_gpu_blocks
         if not pool.enable_caching:
             self.reorder = False
         if self.host is not None and not (self._watch and pool.enable_caching):
@@ -163,6 +168,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
             info.extra["tool_expected_s"] = idt.tool_expected_s
         self._reqs[request.request_id] = (info, idt)
         self._waiting.add(request.request_id)
+        self.tenants.track(request, idt.tenant)
         self.counts["warmup_requests" if idt.warmup else "arrived"] += 1
         self._observe(ev.CallArrived(self.now(), info))
         self.elog.write("arrival", request=request.request_id, session_id=request.session_id,
@@ -229,6 +235,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
         self._waiting.discard(request.request_id)
         entry = self._reqs.pop(request.request_id, None)
         self._plans.pop(request.request_id, None)
+        self.tenants.untrack(request.request_id)
         self._flush_evictions(demote=False)
         pool = self.pool
         if entry is None or pool is None:
@@ -266,10 +273,15 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
             return
         self._flush_evictions()
         self.maybe_sweep(self.now())
+        self.tenants.refresh(self._waiting, self._hit_blocks)
         if self.policy.acts:
             act.run(self, scheduler_output)
             self._flush_evictions()          # what prefetches evicted
         self.before_alloc()
+
+    def _hit_blocks(self, request_id: str) -> int:
+        hit = self._reqs[request_id][0].extra.get("admitted") if request_id in self._reqs else None
+        return hit // self.block_size if hit else 0
 
     def maybe_sweep(self, now: float) -> int:
         """The runtime's silence sweep, at most once per `sweep_interval_s` (from `step`)."""

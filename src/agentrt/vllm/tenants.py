@@ -1,0 +1,79 @@
+"""Per-tenant KV shares inside vLLM: what each tenant holds of the pool, for `TenantShares`.
+
+Model (the simulator's, `sched/kvshare.py`, which this feeds): a tenant holds its cached blocks
+plus the blocks its running requests hold outside the cache. In vLLM that is
+- cached: the physical blocks the mirror maps, counted under the tenant whose request stored
+  each hash first (`Mirror.tenant_blocks`; with `cache_salt` per tenant no hash is shared);
+- running: per request allocated and not finished, `ceil(num_tokens / block_size)` (prompt and
+  output so far, what vLLM has allocated or is about to) minus the blocks of its local prefix hit
+  (already counted as cached). A request still waiting holds nothing. Blocks a running request
+  computed are cached by vLLM as they fill but enter the mirror only when it finishes, so until
+  then they count as running: nothing is counted twice.
+The running counts are recomputed once per scheduler step (`recount`, O(requests in flight));
+`TenantShares` re-checks membership on every runtime event and after each recount, and bumps its
+epoch only when a tenant crosses its share, so the free queue is re-ranked rarely.
+`gpu_capacity` is the pool's size. With shares off the ledger tracks nothing (`shares` None), so
+the hosted runtime calls it unconditionally. Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from agentrt.runtime.policy import Policy
+from agentrt.sched.kvshare import TenantShares
+
+
+class TenantLedger:
+    """The cache-side counts `TenantShares` reads: `tenant_blocks`, `tenant_reserved`, `gpu_capacity`."""
+
+    __slots__ = ("tenant_blocks", "tenant_reserved", "gpu_capacity", "block_size", "_reqs", "shares")
+
+    def __init__(self, tenant_blocks: dict[str, int], block_size: int) -> None:
+        self.tenant_blocks = tenant_blocks            # the mirror's own dict, kept current by it
+        self.tenant_reserved: dict[str, int] = {}
+        self.gpu_capacity = 0
+        self.block_size = block_size
+        self._reqs: dict[str, tuple[object, str]] = {}   # request id -> (vLLM request, tenant)
+        self.shares: TenantShares | None = None
+
+    def track(self, request, tenant: str) -> None:
+        if self.shares is not None:
+            self._reqs[request.request_id] = (request, tenant)
+
+    def untrack(self, request_id: str) -> None:
+        self._reqs.pop(request_id, None)
+
+    def __len__(self) -> int:
+        return len(self._reqs)
+
+    def recount(self, waiting: Collection[str], hit_blocks) -> None:
+        """Running blocks per tenant, from the requests in flight. `waiting`: ids not yet
+        allocated; `hit_blocks(request_id)`: blocks of its local prefix hit (0 if unknown)."""
+        bs = self.block_size
+        out: dict[str, int] = {}
+        for rid, (req, tenant) in self._reqs.items():
+            if rid in waiting:
+                continue
+            n = -(-int(getattr(req, "num_tokens", 0) or 0) // bs) - hit_blocks(rid)
+            if n > 0:
+                out[tenant] = out.get(tenant, 0) + n
+        self.tenant_reserved = out
+
+    def refresh(self, waiting: Collection[str], hit_blocks: Callable[[str], int]) -> None:
+        """Once per scheduler step: recount, then let the shares re-check who is over."""
+        if self.shares is not None:
+            self.recount(waiting, hit_blocks)
+            self.shares.recheck()
+
+
+def with_tenant_shares(policy: Policy, weights: dict[str, float] | None, mirror,
+                       block_size: int) -> tuple[Policy, TenantLedger]:
+    """`policy` wrapped in `TenantShares` over a ledger of `mirror`'s counts. `weights` None:
+    shares off, the policy as it is and a ledger that tracks nothing."""
+    ledger = TenantLedger(mirror.tenant_blocks, block_size)
+    if weights is None:
+        return policy, ledger
+    shares = ledger.shares = TenantShares(policy, weights)
+    shares.attach(ledger)
+    return shares, ledger
