@@ -65,6 +65,21 @@ vllm:prefix_cache_queries_created{engine="0"} 1.7e9
     assert prom.delta(c, {prom.HITS: 5.0})[prom.HITS] == 10.0
 
 
+def test_summary_reports_tenants_only_when_there_are_several():
+    from agentrt.enginebench.client import CallResult, ReplayResult
+    from agentrt.enginebench.summary import summarize
+    res = ReplayResult(calls=[CallResult("a/1", 0, 100, 80, 4, 0.5, 1.0, tenant="a"),
+                              CallResult("b/1", 0, 100, 0, 4, 2.0, 3.0, tenant="b"),
+                              CallResult("b/2", 0, 300, 100, 4, 4.0, 5.0, tenant="b"),
+                              CallResult("b/3", 0, 50, 0, 0, None, 0.1, error="boom", tenant="b")])
+    zero = {prom.HITS: 0.0, prom.QUERIES: 0.0, prom.EXT_HITS: 0.0}
+    t = summarize(res, {}, zero, None)["tenants"]
+    assert t["a"]["calls"] == 1 and t["a"]["hit_rate"] == 0.8 and t["a"]["ttft_p50_s"] == 0.5
+    assert t["b"]["calls"] == 2 and t["b"]["hit_rate"] == 0.25 and t["b"]["ttft_mean_s"] == 3.0
+    one = ReplayResult(calls=[CallResult("w", 0, 10, 0, 1, 0.1, 0.2)])
+    assert "tenants" not in summarize(one, {}, zero, None)
+
+
 def _tiny_trace(path) -> None:
     """Three two-agent workflows, two at a time: each agent's later call extends its thread."""
     lines = [{"trace": "workflow-trace/1", "block_size": 16, "name": "tiny", "concurrency": 2}]

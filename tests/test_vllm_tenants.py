@@ -96,6 +96,10 @@ def test_pool_burst_evicts_the_quiet_tenant_without_shares_and_its_own_cache_wit
     # weights: B weighs 4x A, so 4/5 of the pool is B's and A is over its fifth (12.6 blocks)
     _, ph = _burst_scenario(tenant_shares="A:1,B:4")
     assert ph.h.policy.over == {"A"}
+    # a failure lets go of the requests the ledger tracked
+    ph.h.tenants.track(SimpleNamespace(request_id="x", num_tokens=10), "A")
+    ph.h.fail("test", RuntimeError("boom"))
+    assert len(ph.h.tenants) == 0 and not ph.h.reorder
 
 
 # ---------------------------------------------------------------------------- live server

@@ -48,6 +48,7 @@ class CallResult:
     latency_s: float
     error: str | None = None
     priority: int | None = None
+    tenant: str = "default"
 
 
 @dataclass(slots=True)
@@ -115,13 +116,13 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt:
                     usage = msg["usage"]
     except (httpx.HTTPError, RuntimeError, json.JSONDecodeError) as e:
         return CallResult(c.workflow, c.call, len(prompt), 0, 0, None,
-                          time.perf_counter() - t0, error=repr(e)[:300], priority=priority)
+                          time.perf_counter() - t0, error=repr(e)[:300], priority=priority, tenant=c.tenant)
     lat = time.perf_counter() - t0
     usage = usage or {}
     details = usage.get("prompt_tokens_details") or {}
     return CallResult(c.workflow, c.call, int(usage.get("prompt_tokens", len(prompt))),
                       int(details.get("cached_tokens") or 0), int(usage.get("completion_tokens", 0)),
-                      ttft, lat, priority=priority)
+                      ttft, lat, priority=priority, tenant=c.tenant)
 
 
 async def replay(base_url: str, model: str, calls: list[Call], renderer: Renderer,

@@ -6,7 +6,9 @@ connector's last `stats` event and errors from its event log.
   queries; prefill_tokens: prompt tokens minus the cached tokens each response reports;
 - ttft, e2e, tpot (mean, p50, p90, p99): tpot per call of more than one output token, as
   (latency - ttft) / (output tokens - 1), as the simulator records it (engine/metrics.py);
-- throughput: prompt plus generated tokens per second from the first issue to the last finish.
+- throughput: prompt plus generated tokens per second from the first issue to the last finish;
+- tenants (when the calls name more than one): per tenant, its calls, its hit rate from the
+  cached tokens its responses report, and its TTFT, as the simulator reports them.
 Failed calls (an error recorded by the client) count in `calls` and `errors`, not in the figures.
 """
 
@@ -50,7 +52,23 @@ def summarize(res: ReplayResult, before: dict, after: dict, conn: dict | None) -
         "makespan_s": span,
         "engine_counters": d,
         "connector": conn,
+        **_tenants(ok),
     }
+
+
+def _tenants(ok: list) -> dict:
+    by: dict[str, list] = {}
+    for c in ok:
+        by.setdefault(c.tenant, []).append(c)
+    if len(by) < 2:
+        return {}
+    out = {}
+    for t, cs in sorted(by.items()):
+        prompt = sum(c.prompt_tokens for c in cs)
+        ttft = [c.ttft_s for c in cs if c.ttft_s is not None]
+        out[t] = {"calls": len(cs), "hit_rate": sum(c.cached_tokens for c in cs) / prompt if prompt else 0.0,
+                  **latency_stats(ttft, "ttft")}
+    return {"tenants": out}
 
 
 def connector_stats(path: Path) -> dict | None:

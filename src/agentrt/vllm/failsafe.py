@@ -41,6 +41,7 @@ class FailSafe:
         self._waiting.clear()
         self._plans.clear()
         self._reused.clear()
+        self.tenants.clear()
         try:
             if self._watch:
                 w = self.pool._reuse_watchers

@@ -101,6 +101,9 @@ METRICS: tuple[MetricDef, ...] = (
               "from its online model because the trained predictor's were decisively worse (a "
               "predictor that does not fit this deployment); 0 for other policies",
               sources=(_k("policy_forecasts_overruled"),)),
+    MetricDef("tenants_over_share", "gauge", "Tenants now holding more than their share of the KV "
+              "pool, whose blocks are evicted first (with tenant_shares; 0 without)",
+              sources=(_k("policy_tenants_over_share"),)),
     MetricDef("runtime_seconds", "counter", "Time spent in the runtime's observe, act and sweep "
               "(in vLLM's scheduler process; reordering not included)", sources=(_k("runtime_s"),)),
 )

@@ -12,6 +12,8 @@ plus the blocks its running requests hold outside the cache. In vLLM that is
 The running counts are recomputed once per scheduler step (`recount`, O(requests in flight));
 `TenantShares` re-checks membership on every runtime event and after each recount, and bumps its
 epoch only when a tenant crosses its share, so the free queue is re-ranked rarely.
+A preempted request keeps its count until it runs again or finishes (vLLM frees its blocks
+without a hook the connector sees), so a tenant being preempted is over-counted meanwhile.
 `gpu_capacity` is the pool's size. With shares off the ledger tracks nothing (`shares` None), so
 the hosted runtime calls it unconditionally. Nothing here reads a clock.
 """
@@ -43,6 +45,12 @@ class TenantLedger:
 
     def untrack(self, request_id: str) -> None:
         self._reqs.pop(request_id, None)
+
+    def clear(self) -> None:
+        """The runtime failed: let go of every request and stop tracking."""
+        self._reqs.clear()
+        self.tenant_reserved = {}
+        self.shares = None
 
     def __len__(self) -> int:
         return len(self._reqs)

@@ -1,0 +1,109 @@
+"""Two tenants on a live vLLM: does a burst evict the quiet tenant's cache, with and without shares?
+
+    python benchmarks/vllm_tenants.py                 # 3 repeats (about 11 min each on 2 cores)
+    python benchmarks/vllm_tenants.py --repeats 1
+
+Tenant A runs `WORKFLOWS_A` `team` workflows at `RATE_A` workflows/s, tenant B five times as many
+at five times the rate (the simulator's two-tenant experiment, `schedulers.py --part tenants`,
+at a size a CPU replays in minutes). Each repeat runs `agentrt bench --engine vllm` on the tiny
+local model with a small KV pool (`--vllm-blocks`), so B's working set overflows it:
+- A alone (stock vLLM: LRU, FCFS);
+- A and B, `--scheduler fair --policies lru`: stock vLLM first (the baseline of the same run),
+  then `lru+fair`: vLLM's priority scheduling with `fair`'s start tags as priorities, and the
+  connector sharing the pool by tenant (`tenant_shares`, vllm/tenants.py): a tenant over its half
+  has its blocks evicted first.
+Reported per run: A's and B's hit rate (cached tokens the responses report over prompt tokens)
+and p90 TTFT; the median and range over the repeats. Wall-clock latencies on a shared 2-core
+machine are noisy: compare within a repeat. Writes docs/results/engine/vllm_tenants.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from schedulers import two_tenant_trace  # noqa: E402
+
+WORKLOAD = "team"
+WORKFLOWS_A = 6
+RATE_A = 0.05
+RATIO = 5.0
+ENGINE_ARGS = ["--engine", "vllm", "--model-size", "tiny", "--vllm-blocks", "256", "--scale", "0.25",
+               "--think-scale", "1.0", "--train-fraction", "0", "--quiet"]
+OUT = REPO / "docs" / "results" / "engine" / "vllm_tenants.json"
+
+
+def bench(trace: Path, out: Path, extra: list[str]) -> dict:
+    cmd = ["agentrt", "bench", "--trace", str(trace), *ENGINE_ARGS, "--json", str(out), *extra]
+    print("  $", " ".join(cmd[:2] + ["--trace", trace.name] + cmd[4:]), flush=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(out.read_text())
+
+
+def tenant(result: dict, name: str) -> dict:
+    t = (result.get("tenants") or {}).get(name) or result
+    return {"hit_rate": t["hit_rate"], "ttft_p90_s": t["ttft_p90_s"]}
+
+
+def run_once(tmp: Path, seed: int) -> dict:
+    alone = two_tenant_trace(WORKLOAD, RATE_A, WORKFLOWS_A, RATIO, tmp, with_b=False, seed_a=seed)
+    both = two_tenant_trace(WORKLOAD, RATE_A, WORKFLOWS_A, RATIO, tmp, with_b=True, seed_a=seed)
+    t0 = time.perf_counter()
+    a = bench(alone, tmp / f"alone-{seed}.json", ["--policies", "lru"])
+    ab = bench(both, tmp / f"both-{seed}.json", ["--policies", "lru", "--scheduler", "fair"])
+    runs = {"A alone, stock vLLM": {"a": tenant(a["results"]["lru"], "a")}}
+    for label, name in (("A and B, stock vLLM", "lru"), ("A and B, fair (priority + tenant shares)", "lru+fair")):
+        r = ab["results"][name]
+        runs[label] = {"a": tenant(r, "a"), "b": tenant(r, "b"), "connector": {
+            k: (r.get("connector") or {}).get(k) for k in ("evicted", "relinks", "policy_tenants_over_share")}}
+    return {"seed": seed, "runs": runs, "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def render(doc: dict) -> str:
+    labels = list(doc["repeats"][0]["runs"])
+    alone = [r["runs"][labels[0]]["a"] for r in doc["repeats"]]
+
+    def fmt(xs: list[float], unit: str = "") -> str:
+        return f"{statistics.median(xs):.2f}{unit} ({min(xs):.2f}-{max(xs):.2f})"
+    lines = ["| run | A's hit % | A's hit vs alone | A's p90 TTFT s | A's p90 TTFT vs alone | B's hit % | B's p90 TTFT s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for lb in labels:
+        rs = [r["runs"][lb] for r in doc["repeats"]]
+        ah = [100 * x["a"]["hit_rate"] for x in rs]
+        at = [x["a"]["ttft_p90_s"] for x in rs]
+        hv = [x["a"]["hit_rate"] / al["hit_rate"] if al["hit_rate"] else 0.0 for x, al in zip(rs, alone)]
+        tv = [x["a"]["ttft_p90_s"] / al["ttft_p90_s"] for x, al in zip(rs, alone)]
+        b = [x.get("b") for x in rs]
+        bh = fmt([100 * x["hit_rate"] for x in b]) if all(b) else ""
+        bt = fmt([x["ttft_p90_s"] for x in b]) if all(b) else ""
+        lines.append(f"| {lb} | {fmt(ah)} | {fmt(hv, 'x')} | {fmt(at)} | {fmt(tv, 'x')} | {bh} | {bt} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    doc = {"workload": WORKLOAD, "workflows_a": WORKFLOWS_A, "rate_a": RATE_A, "ratio": RATIO,
+           "engine_args": ENGINE_ARGS, "repeats": []}
+    with tempfile.TemporaryDirectory(prefix="agentrt-vllm-tenants-") as d:
+        for i in range(args.repeats):
+            print(f"repeat {i + 1} of {args.repeats}", flush=True)
+            doc["repeats"].append(run_once(Path(d), 1 + 2 * i))
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(render(doc))
+
+
+if __name__ == "__main__":
+    main()
