@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule, invariant
+from hypothesis.stateful import invariant, rule
 
 from agentrt.cache import GPU, HOST, RadixKVCache
 from agentrt.engine.presets import get_preset
