@@ -2,6 +2,8 @@
 
     python benchmarks/vllm_tenants.py                 # 3 repeats (about 11 min each on 2 cores)
     python benchmarks/vllm_tenants.py --repeats 1
+    python benchmarks/vllm_tenants.py --docs-only     # rebuild the docs table from the JSON
+    python benchmarks/vllm_tenants.py --part priorities-only   # add that run to the JSON's repeats
 
 Tenant A runs `WORKFLOWS_A` `team` workflows at `RATE_A` workflows/s, tenant B five times as many
 at five times the rate (the simulator's two-tenant experiment, `schedulers.py --part tenants`,
@@ -11,10 +13,14 @@ local model with a small KV pool (`--vllm-blocks`), so B's working set overflows
 - A and B, `--scheduler fair --policies lru`: stock vLLM first (the baseline of the same run),
   then `lru+fair`: vLLM's priority scheduling with `fair`'s start tags as priorities, and the
   connector sharing the pool by tenant (`tenant_shares`, vllm/tenants.py): a tenant over its half
-  has its blocks evicted first.
+  has its blocks evicted first;
+- A and B, `--scheduler fair --policies lru --no-tenant-shares`: the same priorities without the
+  shares, to tell the two apart (its stock vLLM run is a second sample of the baseline, kept as
+  `A and B, stock vLLM (2nd run)`).
 Reported per run: A's and B's hit rate (cached tokens the responses report over prompt tokens)
 and p90 TTFT; the median and range over the repeats. Wall-clock latencies on a shared 2-core
-machine are noisy: compare within a repeat. Writes docs/results/engine/vllm_tenants.json.
+machine are noisy: compare within a repeat. Writes docs/results/engine/vllm_tenants.json and
+the table between the `vllm-tenants` markers of docs/results.md.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from routers import write_between  # noqa: E402
 from schedulers import two_tenant_trace  # noqa: E402
 
 WORKLOAD = "team"
@@ -40,6 +47,8 @@ RATIO = 5.0
 ENGINE_ARGS = ["--engine", "vllm", "--model-size", "tiny", "--vllm-blocks", "256", "--scale", "0.25",
                "--think-scale", "1.0", "--train-fraction", "0", "--quiet"]
 OUT = REPO / "docs" / "results" / "engine" / "vllm_tenants.json"
+DOCS = REPO / "docs" / "results.md"
+START, END = "<!-- vllm-tenants:start -->", "<!-- vllm-tenants:end -->"
 
 
 def bench(trace: Path, out: Path, extra: list[str]) -> dict:
@@ -54,26 +63,42 @@ def tenant(result: dict, name: str) -> dict:
     return {"hit_rate": t["hit_rate"], "ttft_p90_s": t["ttft_p90_s"]}
 
 
+def both_runs(r: dict) -> dict:
+    return {"a": tenant(r, "a"), "b": tenant(r, "b"), "connector": {
+        k: (r.get("connector") or {}).get(k) for k in ("evicted", "relinks", "policy_tenants_over_share")}}
+
+
+SHARES = "A and B, fair (priorities + tenant shares)"
+PRIORITIES = "A and B, fair (priorities only)"
+ORDER = ("A alone, stock vLLM", "A and B, stock vLLM", "A and B, stock vLLM (2nd run)", PRIORITIES, SHARES)
+
+
+def priorities_only(tmp: Path, seed: int, runs: dict) -> None:
+    both = two_tenant_trace(WORKLOAD, RATE_A, WORKFLOWS_A, RATIO, tmp, with_b=True, seed_a=seed)
+    ab = bench(both, tmp / f"prio-{seed}.json", ["--policies", "lru", "--scheduler", "fair", "--no-tenant-shares"])
+    runs["A and B, stock vLLM (2nd run)"] = both_runs(ab["results"]["lru"])
+    runs[PRIORITIES] = both_runs(ab["results"]["lru+fair"])
+
+
 def run_once(tmp: Path, seed: int) -> dict:
     alone = two_tenant_trace(WORKLOAD, RATE_A, WORKFLOWS_A, RATIO, tmp, with_b=False, seed_a=seed)
     both = two_tenant_trace(WORKLOAD, RATE_A, WORKFLOWS_A, RATIO, tmp, with_b=True, seed_a=seed)
     t0 = time.perf_counter()
     a = bench(alone, tmp / f"alone-{seed}.json", ["--policies", "lru"])
     ab = bench(both, tmp / f"both-{seed}.json", ["--policies", "lru", "--scheduler", "fair"])
-    runs = {"A alone, stock vLLM": {"a": tenant(a["results"]["lru"], "a")}}
-    for label, name in (("A and B, stock vLLM", "lru"), ("A and B, fair (priority + tenant shares)", "lru+fair")):
-        r = ab["results"][name]
-        runs[label] = {"a": tenant(r, "a"), "b": tenant(r, "b"), "connector": {
-            k: (r.get("connector") or {}).get(k) for k in ("evicted", "relinks", "policy_tenants_over_share")}}
+    runs = {"A alone, stock vLLM": {"a": tenant(a["results"]["lru"], "a")},
+            "A and B, stock vLLM": both_runs(ab["results"]["lru"]), SHARES: both_runs(ab["results"]["lru+fair"])}
+    priorities_only(tmp, seed, runs)
     return {"seed": seed, "runs": runs, "wall_s": round(time.perf_counter() - t0, 1)}
 
 
 def render(doc: dict) -> str:
-    labels = list(doc["repeats"][0]["runs"])
+    """The docs table: per run, the median (min-max) over the repeats."""
+    labels = [lb for lb in ORDER if all(lb in r["runs"] for r in doc["repeats"])]
     alone = [r["runs"][labels[0]]["a"] for r in doc["repeats"]]
 
-    def fmt(xs: list[float], unit: str = "") -> str:
-        return f"{statistics.median(xs):.2f}{unit} ({min(xs):.2f}-{max(xs):.2f})"
+    def fmt(xs: list[float], unit: str = "", digits: int = 2) -> str:
+        return f"{statistics.median(xs):.{digits}f}{unit} ({min(xs):.{digits}f}-{max(xs):.{digits}f})"
     lines = ["| run | A's hit % | A's hit vs alone | A's p90 TTFT s | A's p90 TTFT vs alone | B's hit % | B's p90 TTFT s |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for lb in labels:
@@ -83,9 +108,18 @@ def render(doc: dict) -> str:
         hv = [x["a"]["hit_rate"] / al["hit_rate"] if al["hit_rate"] else 0.0 for x, al in zip(rs, alone)]
         tv = [x["a"]["ttft_p90_s"] / al["ttft_p90_s"] for x, al in zip(rs, alone)]
         b = [x.get("b") for x in rs]
-        bh = fmt([100 * x["hit_rate"] for x in b]) if all(b) else ""
-        bt = fmt([x["ttft_p90_s"] for x in b]) if all(b) else ""
-        lines.append(f"| {lb} | {fmt(ah)} | {fmt(hv, 'x')} | {fmt(at)} | {fmt(tv, 'x')} | {bh} | {bt} |")
+        bh = fmt([100 * x["hit_rate"] for x in b], digits=1) if all(b) else ""
+        bt = fmt([x["ttft_p90_s"] for x in b], digits=3) if all(b) else ""
+        lines.append(f"| {lb} | {fmt(ah, digits=1)} | {fmt(hv, 'x')} | {fmt(at, digits=3)} | {fmt(tv, 'x')} | {bh} | {bt} |")
+    lines += ["", "Per repeat (A's seed):", "",
+              "| seed | run | A's hit % | A's p90 TTFT s | B's hit % | B's p90 TTFT s |",
+              "| ---: | --- | ---: | ---: | ---: | ---: |"]
+    for r in doc["repeats"]:
+        for lb in labels:
+            x = r["runs"][lb]
+            b = x.get("b")
+            bcols = f"{100 * b['hit_rate']:.1f} | {b['ttft_p90_s']:.3f}" if b else " | "
+            lines.append(f"| {r['seed']} | {lb} | {100 * x['a']['hit_rate']:.1f} | {x['a']['ttft_p90_s']:.3f} | {bcols} |")
     return "\n".join(lines)
 
 
@@ -93,7 +127,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--docs-only", action="store_true", help="rebuild the docs table from --out and exit")
+    ap.add_argument("--part", choices=("all", "priorities-only"), default="all",
+                    help="priorities-only: add the run without shares to every repeat of --out")
     args = ap.parse_args()
+    if args.docs_only:
+        write_docs(json.loads(args.out.read_text()))
+        return
+    if args.part == "priorities-only":
+        doc = json.loads(args.out.read_text())
+        with tempfile.TemporaryDirectory(prefix="agentrt-vllm-tenants-") as d:
+            for rep in doc["repeats"]:
+                print(f"seed {rep['seed']}", flush=True)
+                priorities_only(Path(d), rep["seed"], rep["runs"])
+                args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        print(render(doc))
+        if args.out == OUT:
+            write_docs(doc)
+        return
     doc = {"workload": WORKLOAD, "workflows_a": WORKFLOWS_A, "rate_a": RATE_A, "ratio": RATIO,
            "engine_args": ENGINE_ARGS, "repeats": []}
     with tempfile.TemporaryDirectory(prefix="agentrt-vllm-tenants-") as d:
@@ -103,6 +154,16 @@ def main() -> None:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(render(doc))
+    if args.out == OUT:
+        write_docs(doc)
+
+
+def write_docs(doc: dict) -> None:
+    n = len(doc["repeats"])
+    head = (f"`python benchmarks/vllm_tenants.py` ({n} repeat{'s' if n != 1 else ''}, A seeds "
+            f"{', '.join(str(r['seed']) for r in doc['repeats'])}; B's seed is A's + 1), from "
+            f"docs/results/engine/vllm_tenants.json: median (min-max) over the repeats.\n\n")
+    write_between(DOCS, START, END, head + render(doc))
 
 
 if __name__ == "__main__":

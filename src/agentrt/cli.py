@@ -97,6 +97,7 @@ def bench(
     think_scale: float = typer.Option(1.0, "--think-scale", help="[vllm] scale think times by this (shorter live runs)"),
     max_calls: Optional[int] = typer.Option(None, "--max-calls", help="[vllm] replay whole workflows up to this many calls"),
     log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="[vllm] keep server and connector logs here"),
+    tenant_shares: bool = typer.Option(True, "--tenant-shares/--no-tenant-shares", help="[vllm] with --scheduler fair, the connector shares the KV pool by tenant (off: priorities only)"),
 ) -> None:
     """Replay a trace under several policies and print hit rates, TTFT percentiles, end-to-end latency and throughput."""
     from agentrt.bench.report import print_result
@@ -111,7 +112,8 @@ def bench(
                       shared_chunk_tokens=shared_chunk_tokens, tool_hints=tool_hints,
                       transfer_gbps=transfer_gbps, prefix_hold=prefix_hold, cache_at=cache_at)
     if engine == "vllm":
-        doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir)
+        doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir,
+                          tenant_shares)
     else:
         with _progress(quiet) as prog:
             doc = spec.run(progress=_factory(prog))
@@ -120,7 +122,8 @@ def bench(
 
 
 def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: float,
-                think_scale: float, max_calls: int | None, log_dir: Path | None) -> dict:
+                think_scale: float, max_calls: int | None, log_dir: Path | None,
+                tenant_shares: bool = True) -> dict:
     """`bench --engine vllm`: see agentrt.enginebench.runner. With a scheduler other than fcfs,
     stock vLLM (lru, fcfs) runs first and every policy then runs under the scheduler, its
     priorities carried by vLLM's `--scheduling-policy priority`."""
@@ -142,7 +145,7 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
                               policy_options=o.policy_options,
                               log_dir=str(log_dir) if log_dir else None,
                               scheduler=o.scheduler, scheduler_options=dict(o.scheduler_options),
-                              tool_hints=o.tool_hints)
+                              tool_hints=o.tool_hints, tenant_shares=tenant_shares)
     source, owned = spec.open_source()
     try:
         with _progress(quiet) as prog:

@@ -16,7 +16,7 @@ as the baseline of the same run; then every policy asked for runs under the sche
 the priority a fresh scheduler instance gives it (`priority.py`). Each result names its
 `scheduler`, the server's `scheduling_policy` and the priorities sent (`priorities`). A scheduler
 with KV shares (`fair`) also has the connector share the pool by tenant (`tenant_shares`, with
-the scheduler's weights), as the simulator does.
+the scheduler's weights), as the simulator does, unless `tenant_shares` is off (priorities only).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class EngineBenchOptions:
     scheduler_options: dict = field(default_factory=dict)
     startup_timeout_s: float = 300.0
     tool_hints: float | None = None    # calls announce their tool waits with this lognormal error
+    tenant_shares: bool = True         # a scheduler with KV shares (fair) has the connector share the pool
 
     def __post_init__(self) -> None:
         if self.vllm_blocks < 8:
@@ -190,7 +191,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
             ev_path = log_dir / f"connector-{label}.jsonl"
             ev_path.unlink(missing_ok=True)
             sched = opts.make_scheduler() if sched_name != "fcfs" else None   # a fresh one per run
-            shares = connector_shares(sched)
+            shares = connector_shares(sched) if opts.tenant_shares else None
             kv = kv_transfer_config(name, options=opts.policy_options.get(name) or None,
                                     event_log=str(ev_path), host_blocks=opts.host_blocks or None,
                                     train_trace=train_trace if _needs_training(name) else None,
