@@ -105,6 +105,7 @@ def test_fair_has_the_connector_share_the_pool_with_its_weights():
     assert connector_shares(make_scheduler("fair")) is True
     assert connector_shares(make_scheduler("fair", weights="gold:3")) == {"gold": 3.0}
     assert connector_shares(make_scheduler("agent")) is None and connector_shares(None) is None
+    assert connector_shares(make_scheduler("fair"), on=False) is None      # --no-tenant-shares
 
 
 def test_server_command_asks_for_priority_scheduling():

@@ -94,10 +94,10 @@ class EngineBenchOptions:
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
 
-def connector_shares(sched) -> bool | dict | None:
+def connector_shares(sched, on: bool = True) -> bool | dict | None:
     """The connector's `tenant_shares` for a scheduler: its weights (True: all equal) when it
-    shares the KV cache by tenant (`fair`), None otherwise."""
-    if not getattr(sched, "kv_shares", False):
+    shares the KV cache by tenant (`fair`) and `on`, None otherwise."""
+    if not on or not getattr(sched, "kv_shares", False):
         return None
     return dict(sched.weights) or True
 
@@ -191,7 +191,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
             ev_path = log_dir / f"connector-{label}.jsonl"
             ev_path.unlink(missing_ok=True)
             sched = opts.make_scheduler() if sched_name != "fcfs" else None   # a fresh one per run
-            shares = connector_shares(sched) if opts.tenant_shares else None
+            shares = connector_shares(sched, opts.tenant_shares)
             kv = kv_transfer_config(name, options=opts.policy_options.get(name) or None,
                                     event_log=str(ev_path), host_blocks=opts.host_blocks or None,
                                     train_trace=train_trace if _needs_training(name) else None,
