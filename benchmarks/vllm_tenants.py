@@ -1,6 +1,6 @@
 """Two tenants on a live vLLM: does a burst evict the quiet tenant's cache, with and without shares?
 
-    python benchmarks/vllm_tenants.py                 # 3 repeats (about 11 min each on 2 cores)
+    python benchmarks/vllm_tenants.py                 # 3 repeats (about 15 min each on 2 cores)
     python benchmarks/vllm_tenants.py --repeats 1
     python benchmarks/vllm_tenants.py --docs-only     # rebuild the docs table from the JSON
     python benchmarks/vllm_tenants.py --part priorities-only   # add that run to the JSON's repeats
