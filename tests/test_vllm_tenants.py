@@ -45,6 +45,13 @@ def test_ledger_counts_running_blocks_beyond_the_hit_and_skips_waiting():
     led.untrack("r2")
     led.recount(set(), lambda rid: 2 if rid == "r1" else 0)
     assert led.tenant_reserved == {"a": 7 + 32} and len(led) == 2
+    # vLLM preempted r1 (its blocks freed, back in the waiting queue): it holds nothing until it runs
+    r1.status = SimpleNamespace(name="PREEMPTED")
+    led.recount(set(), lambda rid: 2 if rid == "r1" else 0)
+    assert led.tenant_reserved == {"a": 32}
+    r1.status = SimpleNamespace(name="RUNNING")
+    led.recount(set(), lambda rid: 2 if rid == "r1" else 0)
+    assert led.tenant_reserved == {"a": 7 + 32}
     off = TenantLedger({}, 16)                               # shares off: nothing is tracked
     off.track(r1, "a")
     off.refresh(set(), lambda rid: 0)

@@ -12,8 +12,8 @@ plus the blocks its running requests hold outside the cache. In vLLM that is
 The running counts are recomputed once per scheduler step (`recount`, O(requests in flight));
 `TenantShares` re-checks membership on every runtime event and after each recount, and bumps its
 epoch only when a tenant crosses its share, so the free queue is re-ranked rarely.
-A preempted request keeps its count until it runs again or finishes (vLLM frees its blocks
-without a hook the connector sees), so a tenant being preempted is over-counted meanwhile.
+A request counts only while vLLM's status says it runs: a preempted one (vLLM freed its blocks
+and put it back in the waiting queue) holds nothing until it runs again.
 `gpu_capacity` is the pool's size. With shares off the ledger tracks nothing (`shares` None), so
 the hosted runtime calls it unconditionally. Nothing here reads a clock.
 """
@@ -61,7 +61,7 @@ class TenantLedger:
         bs = self.block_size
         out: dict[str, int] = {}
         for rid, (req, tenant) in self._reqs.items():
-            if rid in waiting:
+            if rid in waiting or not _holds_blocks(req):
                 continue
             n = -(-int(getattr(req, "num_tokens", 0) or 0) // bs) - hit_blocks(rid)
             if n > 0:
@@ -73,6 +73,13 @@ class TenantLedger:
         if self.shares is not None:
             self.recount(waiting, hit_blocks)
             self.shares.recheck()
+
+
+def _holds_blocks(request) -> bool:
+    """Whether vLLM's request holds KV blocks: while it runs, not waiting, preempted or finished
+    (a request without a vLLM status counts)."""
+    name = getattr(getattr(request, "status", None), "name", None)
+    return name is None or name == "RUNNING"
 
 
 def with_tenant_shares(policy: Policy, weights: dict[str, float] | None, mirror,
