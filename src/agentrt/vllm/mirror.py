@@ -79,10 +79,7 @@ class Mirror:
                 parent.children[node.hash] = node
             bid = blk.block_id
             if self.by_block.get(bid) is not node:
-                old = self.by_block.get(bid)
-                if old is not None:               # the block was reused without us noticing
-                    self._unmap(bid)
-                    self._drop_copy(bid, old)
+                self.evict_block(bid)             # a block reused without us noticing: its old node
                 self._map(bid, node)
                 fresh.append(bid)
             path.append(node)
@@ -125,13 +122,6 @@ class Mirror:
             del tb[node.tenant]
         return node
 
-    def _drop_copy(self, block_id: int, node: MirrorBlock) -> bool:
-        """`block_id` (already unmapped) was `node`'s: drop the node if that was its last copy."""
-        if node.copies > 0:
-            return False
-        self.drop(node)
-        return True
-
     def drop(self, node: MirrorBlock) -> None:
         """The node left every tier: out of the tree (its cached children become orphans)."""
         if self.nodes.get(node.key) is node:
@@ -144,8 +134,7 @@ class Mirror:
 
     def map_block(self, block_id: int, node: MirrorBlock) -> None:
         """Physical block `block_id` now holds `node` (a prefetch loaded it)."""
-        if block_id in self.by_block:
-            self._drop_copy(block_id, self._unmap(block_id))
+        self.evict_block(block_id)                # what it held before, if we had not seen it go
         self._map(block_id, node)
         node.tier = GPU
 
