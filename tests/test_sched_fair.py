@@ -5,7 +5,7 @@ block counts `RadixKVCache.tenant_blocks` they read, against the tree under rand
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
@@ -526,6 +526,156 @@ def test_fair_with_pbkv_aggressive_and_a_host_tier_runs():
     finally:
         src.close()
     assert doc["results"]["pbkv-aggressive"]["calls"] > 0
+
+
+# ------------------------------------------------------------------ max-min: idle or invented tenants do not dilute
+def drain(pol, cache):
+    """Evict everything one block at a time, re-checking the shares after each; the victims'
+    tenants and the counts just before each eviction."""
+    evicted, log = [], []
+    while cache.gpu_used:
+        log.append(dict(cache.tenant_blocks))
+        victim = cache.peek_victims(1)[0]
+        assert cache.evict(1) == 1
+        evicted.append(victim.tenant)
+        pol.observe(ev.BlocksEvicted(2.0, [victim], False))
+        cache.check_invariants()
+    return evicted, log
+
+
+def sybil_cache(extra: int, weights=None):
+    """quiet's 8 blocks (the oldest), flood's 12, then `extra` tenants of one block each, in a
+    pool they fill; the shares checked once."""
+    pol = TenantShares(Policy(), weights)
+    cache = RadixKVCache(8 + 12 + extra, 0, pol, block_bytes=1)
+    pol.attach(cache)
+    fill(cache, "quiet", list(range(1, 9)), 0.0)
+    fill(cache, "flood", list(range(100, 112)), 1.0)
+    for k in range(extra):
+        fill(cache, f"sybil{k}", [1000 + k], 1.5)
+    pol.observe(ev.BlocksEvicted(1.0, [], False))
+    return pol, cache
+
+
+@pytest.mark.parametrize("extra", [0, 10])
+def test_tenants_holding_almost_nothing_do_not_dilute_the_contending_shares(extra):
+    # 10 invented tenants of one block each make everyone's guarantee 30 / 12 = 2.5 blocks, so
+    # both contenders are over it; what the small ones leave is split: a level of 10 each
+    pol, cache = sybil_cache(extra)
+    assert pol.over >= {"flood"} and pol.beyond <= {"flood"}
+    assert not any(t.startswith("sybil") for t in pol.over)
+    evicted, log = drain(pol, cache)
+    n = evicted.index("quiet")
+    assert evicted[:n] == ["flood"] * n and n == 3                 # 12 -> 9: below 10 * (1 - 0.05)
+    assert log[n]["flood"] <= 20 / 2
+
+
+def test_without_the_level_the_diluted_guarantee_would_not_protect():
+    # the same scenario ranked by the guarantee alone: both contenders are over 2.5, so LRU
+    # evicts the quiet tenant's older blocks first; the level is what protects it
+    pol, cache = sybil_cache(10)
+    assert pol.over == {"quiet", "flood"} and pol.beyond == {"flood"}
+    assert cache.peek_victims(1)[0].tenant == "flood"
+    pol.beyond = set()                                             # as the guarantee-only rule ranked
+    pol._bumps += 1
+    assert cache.peek_victims(1)[0].tenant == "quiet"
+
+
+def test_weights_scale_the_level():
+    pol, cache = sybil_cache(10, {"flood": 3.0})
+    # guarantee: quiet 30/13, flood 90/13 (both over); level of 20: quiet 5, flood 15
+    assert pol.over == {"quiet", "flood"} and pol.beyond == {"quiet"}
+    assert cache.peek_victims(1)[0].tenant == "quiet"
+
+
+class HeldView:
+    """`fair.defer`'s view: a pool, and per tenant its running and cached blocks."""
+
+    def __init__(self, capacity, running, cached):
+        self.capacity_blocks, self.running, self.cached = capacity, running, cached
+
+    def tenant_running_blocks(self, tenant):
+        return self.running.get(tenant, 0)
+
+    def tenant_cached_blocks(self, tenant):
+        return self.cached.get(tenant, 0)
+
+
+def test_running_shares_are_max_min_over_what_other_tenants_hold_and_need():
+    s = FairScheduler()
+    s.observe(ev.CallArrived(0.0, info(1, "a", wf="a1")))
+    s.observe(ev.CallArrived(0.0, info(2, "b", wf="b1")))
+    for k in range(10):                      # idle tenants: a workflow open, nothing in flight
+        s.observe(ev.CallArrived(0.0, info(100 + k, f"idle{k}", wf=f"i{k}")))
+        s.observe(ev.CallFinished(0.0, info(100 + k, f"idle{k}", wf=f"i{k}"), None))
+    call = info(3, "a", wf="a1", n_in=4 * BS, n_out=0)       # 4 blocks more
+    # b holds 60 and wants more: the static half each; the idle tenants hold nothing
+    assert not s.defer(call, 0.0, HeldView(100, {"a": 40, "b": 60}, {"a": 40, "b": 60}))   # 44 <= 50
+    assert s.defer(call, 0.0, HeldView(100, {"a": 47, "b": 60}, {"a": 47, "b": 60}))       # 51 > 50
+    # ten idle tenants holding 2 cached blocks each reserve those, not a twelfth of the pool each
+    idle = {f"idle{k}": 2 for k in range(10)}
+    assert not s.defer(call, 0.0, HeldView(100, {"a": 30, "b": 60}, {"a": 30, "b": 60, **idle}))  # 34 <= 40
+    # a tenant that needs less than half leaves the rest: b holds 20 and ran at most 20 at once
+    s2 = FairScheduler()
+    s2.observe(ev.CallArrived(0.0, info(1, "a", wf="a1")))
+    s2.observe(ev.CallArrived(0.0, info(2, "b", wf="b1", n_in=20 * BS, n_out=0)))
+    assert not s2.defer(info(2, "b", wf="b1", n_in=20 * BS, n_out=0), 0.0, HeldView(100, {}, {"a": 0}))
+    assert s2.peak_running["b"] == 20
+    assert not s2.defer(call, 0.0, HeldView(100, {"a": 54, "b": 20}, {"a": 54, "b": 20}))  # 58 <= 100 - 40
+    assert s2.defer(call, 0.0, HeldView(100, {"a": 57, "b": 20}, {"a": 57, "b": 20}))      # 61 > 60
+    # when b's last workflow ends its peak is forgotten (bounded state)
+    s2.observe(ev.WorkflowEnded(1.0, "b1", "b"))
+    assert "b" not in s2.peak_running
+
+
+def test_max_min_share_examples():
+    from agentrt.sched.maxmin import share_of_unbounded
+    assert share_of_unbounded(100, 1, []) == 100
+    assert share_of_unbounded(100, 1, [(60, 1)]) == 50                    # both want more: half
+    assert share_of_unbounded(100, 1, [(20, 1)]) == 80                    # the other keeps its 20
+    assert share_of_unbounded(100, 1, [(1, 1)] * 10 + [(90, 1)]) == 45    # 10 tiny ones, then half each
+    assert share_of_unbounded(100, 1, [(90, 3)]) == 25                    # by weight
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 500), st.integers(1, 4),
+       st.lists(st.tuples(st.integers(0, 400), st.integers(1, 4)), max_size=10))
+def test_max_min_share_is_water_filling(pool, w, others):
+    from agentrt.sched.maxmin import share_of_unbounded
+    share = share_of_unbounded(pool, w, others)
+    total = w + sum(x for _, x in others)
+    assert share >= pool * w / total - 1e-9                      # never below the static split
+    assert share <= pool + 1e-9
+    # the others keep min(demand, their weight at the same level); together with the share that
+    # fills the pool exactly (the water-filling fixed point)
+    level = share / w
+    kept = sum(min(d, x * level) for d, x in others)
+    assert abs(share + kept - pool) < 1e-6 * max(1, pool)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=8), st.integers(0, 40), st.integers(1, 4))
+def test_shares_tiers_hold_their_invariants(small, big, w_big):
+    held = {f"t{k}": n for k, n in enumerate(small)}
+    held["big"] = big
+    pool = max(1, sum(held.values()))
+    pol = TenantShares(Policy(), {"big": float(w_big)})
+    pol.attach(type("C", (), {"tenant_blocks": held, "tenant_reserved": {}, "gpu_capacity": pool})())
+    pol.recheck()
+    active = {t for t, n in held.items() if n > 0}
+    weight = {t: (w_big if t == "big" else 1.0) for t in active}
+    assert pol.beyond <= pol.over <= active
+    if len(active) >= 2:
+        for t in active:
+            guarantee = pool * weight[t] / sum(weight.values())
+            assert (t in pol.over) == (held[t] > guarantee)       # no hysteresis on a first check
+    else:
+        assert pol.over == set()
+    # what the cache holds fits the pool, so the levels of the tenants over their guarantee add
+    # up to at least what they hold: never all of them are over it; with two tenants none is
+    assert not pol.over or pol.beyond < pol.over
+    if len(active) <= 2:
+        assert pol.beyond == set()
 
 
 # ------------------------------------------------------------------ shares count running requests' blocks

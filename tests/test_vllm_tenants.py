@@ -74,13 +74,17 @@ def test_mirror_tenant_counts_follow_mapping_and_eviction():
 
 
 # ---------------------------------------------------------------------------- real BlockPool
-def _burst_scenario(**extra) -> tuple[int, PoolHarness]:
-    """Tenant A's live 16-block prompt, then tenant B's burst of five live workflows (12 blocks
-    each) in a 63-block pool, then A's prompt again: how many of its blocks are still cached."""
+def _burst_scenario(sybils: int = 0, **extra) -> tuple[int, PoolHarness]:
+    """Tenant A's live 16-block prompt, then `sybils` tenants of one live 1-block prompt each,
+    then tenant B's burst of five live workflows (12 blocks each) in a 63-block pool, then A's
+    prompt again: how many of its blocks are still cached."""
     ph = PoolHarness("lru", 64, **extra)
     a = _prompt(1, 16)
     ax = {"agentrt_workflow": "a-live", "agentrt_agent": "planner", "agentrt_tenant": "A"}
     ph.call(a, ax)
+    for k in range(sybils):
+        ph.call(_prompt(50 + k, 1), {"agentrt_workflow": f"s{k}", "agentrt_agent": "w",
+                                     "agentrt_tenant": f"sybil{k}"})
     for i in range(5):
         ph.call(_prompt(100 + i, 12), {"agentrt_workflow": f"b{i}", "agentrt_agent": "w",
                                        "agentrt_tenant": "B"})
@@ -107,6 +111,19 @@ def test_pool_burst_evicts_the_quiet_tenant_without_shares_and_its_own_cache_wit
     ph.h.tenants.track(SimpleNamespace(request_id="x", num_tokens=10), "A")
     ph.h.fail("test", RuntimeError("boom"))
     assert len(ph.h.tenants) == 0 and not ph.h.reorder
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_pool_tenants_that_hold_one_block_do_not_dilute_the_quiet_tenants_share():
+    # ten invented tenants of one block each cut every guarantee to 63 / 12 = 5.25 blocks, so A
+    # (16) and B are both over theirs; the max-min level ((63 - 10) / 2 each) still protects A
+    kept, ph = _burst_scenario(sybils=10, tenant_shares=True)
+    st = ph.h.stats()
+    assert kept == 16, f"tenant A lost its prefix to the diluted shares ({kept} of 16 blocks cached)"
+    assert st["relinks"] > 0 and not st["failed"]
+    assert not any(t.startswith("sybil") for t in ph.h.policy.over)
+    assert ph.h.mirror.tenant_blocks["A"] == 16
 
 
 # ---------------------------------------------------------------------------- live server

@@ -13,10 +13,16 @@ Model
   while a tenant holds more cached blocks than its share, its blocks are evicted before any
   other tenant's. A burst therefore evicts its own cache first, never a quiet tenant's agents.
 - Weights come from the `weights` option ("tenant:weight,..." or a dict); unnamed tenants weigh 1.
-- Running memory is shared by weight as well: while another tenant is active (it has a workflow
-  that has not ended, even one waiting on a tool), a call is held back if its tenant's running requests plus the call would
-  span more than the tenant's share of the GPU pool (a tenant with nothing running is never
-  held). Without this a burst's running requests fill the pool and every eviction lands on the
+- Running memory is shared by weight as well, max-min (`maxmin.py`): while another tenant is
+  active (a workflow that has not ended, even one waiting on a tool, and a call in flight or
+  blocks cached), a call is held back if its tenant's running requests plus the call would span
+  more than the tenant's max-min share of the GPU pool (a tenant with nothing running is never
+  held). Each other active tenant's demand is what it holds and may need: its cached blocks plus
+  the most blocks its running calls spanned at one of its admissions (so while it waits on a
+  tool its cache stays and its next calls fit at once); a tenant demanding less than its
+  weighted share leaves the rest to the others. With two tenants that both want more than half
+  this is the static split by weight; tenants that hold almost nothing (idle, or names invented
+  to dilute the shares) reserve almost nothing. Without this a burst's running requests fill the pool and every eviction lands on the
   quiet tenant's cache, whatever the eviction order. Held calls wait at most `max_hold_s`.
 - Each iteration's prefill budget is shared by weight too (`prefillshare.py`): admitted calls'
   chunks go in the order of their tenant's virtual prefill time (tokens computed / weight, with
@@ -49,6 +55,7 @@ from typing import ClassVar
 
 from agentrt.runtime import events as ev
 from agentrt.sched.base import DEFAULT_MAX_HOLD_S, DEFAULT_MAX_WAIT_S, Scheduler
+from agentrt.sched.maxmin import share_of_unbounded
 from agentrt.sched.prefillshare import PrefillShares
 from agentrt.sched.service import prefill_work
 
@@ -99,6 +106,7 @@ class FairScheduler(Scheduler):
         self.backlog: dict[str, int] = {}       # calls arrived and not finished, per tenant
         self.live: dict[str, set] = {}          # tenant -> its workflows that have not ended
         self.tags: dict[int, float] = {}        # waiting or running call -> its start tag
+        self.peak_running: dict[str, int] = {}  # most blocks a tenant's running calls spanned at an admission
         self.prefill = PrefillShares(self.weight)
 
     def weight(self, tenant: str) -> float:
@@ -149,20 +157,35 @@ class FairScheduler(Scheduler):
                 flows.discard(e.workflow)
                 if not flows:
                     del self.live[e.tenant]
+                    self.peak_running.pop(e.tenant, None)
 
     def defer(self, call, arrival, view) -> bool:
         if call.warmup:
             return False
         mine = view.tenant_running_blocks(call.tenant)
         if mine == 0:
+            self._note_peak(call.tenant, -(-(call.input_length + call.output_length) // call.block_size))
             return False
-        active = set(self.live)
-        active.add(call.tenant)
-        if len(active) < 2:
-            return False
-        share = view.capacity_blocks * self.weight(call.tenant) / sum(self.weight(t) for t in active)
         need = -(-(call.input_length + call.output_length) // call.block_size)
-        return mine + need > share
+        others = []
+        for t in self.live:
+            if t == call.tenant:
+                continue
+            cached = view.tenant_cached_blocks(t)
+            if cached or self.backlog.get(t):
+                # what the other tenant holds and may need: its cache and its peak running
+                others.append((cached + self.peak_running.get(t, 0), self.weight(t)))
+        if not others:
+            self._note_peak(call.tenant, mine + need)
+            return False
+        if mine + need > share_of_unbounded(view.capacity_blocks, self.weight(call.tenant), others):
+            return True
+        self._note_peak(call.tenant, mine + need)
+        return False
+
+    def _note_peak(self, tenant: str, blocks: int) -> None:
+        if blocks > self.peak_running.get(tenant, 0):
+            self.peak_running[tenant] = blocks
 
     def key(self, call, arrival, view):
         return (self.tags.get(call.rid, 0.0), arrival)
@@ -187,4 +210,4 @@ class FairScheduler(Scheduler):
         return budget if tenant == self.least() else cap
 
     def state_bytes(self) -> int:
-        return self.prefill.state_bytes() + 150 * (len(self.virtual) + len(self.backlog)) + 80 * len(self.tags) + 100 * sum(len(f) for f in self.live.values())
+        return self.prefill.state_bytes() + 150 * (len(self.virtual) + len(self.backlog)) + 80 * len(self.tags) + 100 * sum(len(f) for f in self.live.values()) + 80 * len(self.peak_running)

@@ -1,19 +1,23 @@
 """Weighted per-tenant shares of the KV cache, as a wrapper around any eviction policy.
 
 Model: the GPU pool is shared by tenant weight among the tenants that hold blocks or have calls
-in flight: a tenant's share is `capacity * weight / total weight`, and what it holds is its
-blocks in the cache tree (locked or not) plus the blocks its running requests hold outside the
-tree (partial and output blocks, `RadixKVCache.tenant_reserved`). While a tenant holds more than
-its share, its blocks rank before every other tenant's (`score` = (within share, inner score));
-within each group the wrapped policy's order holds. Shares are of the pool, not of what is
-cached, so a tenant whose demand is below its share keeps all of it (max-min fairness): a burst
-that churns its own cache never shrinks a quiet tenant's share, and running requests' blocks
-count against their own tenant. A tenant is over its share from above `share` until it falls
-below `share * (1 - hysteresis)`, so membership (an epoch bump: the cache re-ranks once) changes
-rarely. Shares are re-checked on every engine event, from the cache's per-tenant counts, never
-from the clock. A
-prefetch's `evict_below` bound is translated into the wrapper's key space: it may evict blocks
-of a tenant over its share, and other blocks only below the wrapped policy's bound.
+in flight, max-min fairly. What a tenant holds is its blocks in the cache tree (locked or not)
+plus the blocks its running requests hold outside the tree (partial and output blocks,
+`RadixKVCache.tenant_reserved`). Its guaranteed share is `capacity * weight / total weight`; a
+tenant holding less keeps all it holds. What such tenants leave unused is split by weight among
+the tenants over their guarantee (the level: `(capacity - held by the others) * weight / their
+total weight`), so tenants that hold almost nothing (idle ones, or names invented to dilute the
+shares) do not shrink what the contending tenants may keep. Blocks rank in three tiers: tenants
+over the level first, then tenants over their guarantee, then the rest (`score` = (tier, inner
+score)); within a tier the wrapped policy's order holds. With two tenants the level is never
+exceeded (what they hold fits the pool), so the tiers are the guarantee's. Shares are of the
+pool, not of what is cached: a burst that churns its own cache never shrinks a quiet tenant's
+share, and running requests' blocks count against their own tenant. A tenant is over a bound
+from above it until it falls below `bound * (1 - hysteresis)`, so membership (an epoch bump: the
+cache re-ranks once) changes rarely. Shares are re-checked on every engine event, from the
+cache's per-tenant counts, never from the clock. A prefetch's `evict_below` bound is translated
+into the wrapper's key space: it may evict blocks of tenants over their guarantee, and other
+blocks only below the wrapped policy's bound.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ class TenantShares(Policy):
         self.runtime = None
         self.weights = dict(weights or {})
         self.hysteresis = hysteresis
-        self.over: set[str] = set()
+        self.over: set[str] = set()       # over their guaranteed share
+        self.beyond: set[str] = set()     # of those, over the max-min level
         self.inflight: dict[str, int] = {}
         self.cache = None
         self._bumps = 0
@@ -84,7 +89,8 @@ class TenantShares(Policy):
         self.recheck()
 
     def recheck(self) -> None:
-        """Which tenants are over their share, from the attached cache's counts (bumps the epoch on a change)."""
+        """Which tenants are over their guarantee and over the level, from the attached cache's
+        counts (bumps the epoch on a change)."""
         if self.cache is None:
             return
         cache = self.cache
@@ -92,25 +98,30 @@ class TenantShares(Policy):
         reserved = cache.tenant_reserved
         active = {t for t, n in blocks.items() if n > 0}
         active.update(self.inflight)
-        if len(active) < 2:
-            if self.over:
-                self.over = set()
-                self._bumps += 1
-            return
-        pool = cache.gpu_capacity
-        total_w = sum(self.weights.get(t, 1.0) for t in active)
-        over = set()
-        for t in active:
-            share = pool * self.weights.get(t, 1.0) / total_w
-            n = blocks.get(t, 0) + reserved.get(t, 0)
-            if n > share or (t in self.over and n > share * (1.0 - self.hysteresis)):
-                over.add(t)
-        if over != self.over:
+        over: set[str] = set()
+        beyond: set[str] = set()
+        if len(active) >= 2:
+            pool = cache.gpu_capacity
+            weight = {t: self.weights.get(t, 1.0) for t in active}
+            held = {t: blocks.get(t, 0) + reserved.get(t, 0) for t in active}
+            total_w = sum(weight.values())
+            over = {t for t in active if self._above(t, held[t], pool * weight[t] / total_w, self.over)}
+            if len(over) >= 2:
+                rest = pool - sum(n for t, n in held.items() if t not in over)
+                over_w = sum(weight[t] for t in over)
+                beyond = {t for t in over if self._above(t, held[t], rest * weight[t] / over_w, self.beyond)}
+        if over != self.over or beyond != self.beyond:
             self.over = over
+            self.beyond = beyond
             self._bumps += 1
 
+    def _above(self, tenant: str, held: int, bound: float, was: set[str]) -> bool:
+        return held > bound or (tenant in was and held > bound * (1.0 - self.hysteresis))
+
     def score(self, block):
-        return (block.tenant not in self.over, self.inner.score(block))
+        t = block.tenant
+        tier = 2 if t not in self.over else 0 if t in self.beyond else 1
+        return (tier, self.inner.score(block))
 
     def predict(self, horizon: int):
         return self.inner.predict(horizon)
@@ -127,11 +138,12 @@ class TenantShares(Policy):
     @staticmethod
     def bound(evict_below):
         """A wrapped policy's eviction bound in this wrapper's key space."""
-        return (True, evict_below)
+        return (2, evict_below)
 
     def stats(self) -> dict[str, int | float]:
         """The wrapped policy's numbers, and the tenants now over their share."""
-        return dict(self.inner.stats(), tenants_over_share=len(self.over))
+        return dict(self.inner.stats(), tenants_over_share=len(self.over),
+                    tenants_over_level=len(self.beyond))
 
     def state_bytes(self) -> int:
-        return self.inner.state_bytes() + 100 * (len(self.inflight) + len(self.over))
+        return self.inner.state_bytes() + 100 * (len(self.inflight) + len(self.over) + len(self.beyond))

@@ -101,9 +101,13 @@ METRICS: tuple[MetricDef, ...] = (
               "from its online model because the trained predictor's were decisively worse (a "
               "predictor that does not fit this deployment); 0 for other policies",
               sources=(_k("policy_forecasts_overruled"),)),
-    MetricDef("tenants_over_share", "gauge", "Tenants now holding more than their share of the KV "
-              "pool, whose blocks are evicted first (with tenant_shares; 0 without)",
+    MetricDef("tenants_over_share", "gauge", "Tenants now holding more than their guaranteed share "
+              "of the KV pool, whose blocks are evicted first (with tenant_shares; 0 without)",
               sources=(_k("policy_tenants_over_share"),)),
+    MetricDef("tenants_over_level", "gauge", "Of those, tenants also over the max-min level (what "
+              "tenants under their guarantee leave unused, split by weight), evicted before the "
+              "others (with tenant_shares; 0 without)",
+              sources=(_k("policy_tenants_over_level"),)),
     MetricDef("runtime_seconds", "counter", "Time spent in the runtime's observe, act and sweep "
               "(in vLLM's scheduler process; reordering not included)", sources=(_k("runtime_s"),)),
 )
