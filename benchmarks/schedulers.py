@@ -23,7 +23,8 @@ prefill-heavy preset (qwen3-32b-h200, its full KV memory); each row names its co
   p90 TTFT stays within the SLO (default 2 s, an interactive agent step).
 - Tenants: tenant A alone at a rate, alone with half the GPU pool (its equal share), then with
   tenant B arriving at 5x A's rate (same workload, separate caches by tenant) under fcfs, fair
-  without its chunk cap, and fair; A's hit rate and p90 TTFT against alone, three trace seeds.
+  without its chunk cap, and fair; A's hit rate and p90 TTFT against alone, five trace seeds
+  (LRU and PBKV-LAE in every run, PBKV-TA alone and under fair).
 Every table and goodput run holds back the same first 25% of workflows for training
 (`--train-fraction 0.25`), so LRU and the PBKV variants are scored on the same workflows whichever
 list a run names; the tenant runs train on a separate trace and score every workflow, so that A's
@@ -383,12 +384,12 @@ def tenants_part(workload: str, total_load: float, ratio: float, n_a: int, tmp: 
     train = two_tenant_trace(workload, rate_a, n_a, ratio, tmp, True, TRAIN_SEED)
     out: dict = {"workload": workload, "sustainable_rate": mu, "rate_a": rate_a, "ratio": ratio,
                  "total_load": total_load, "workflows_a": n_a, "half_pool_blocks": half, "seeds": {}}
-    runs = [("alone", False, "fcfs", ["lru", "pbkv-lae"], []),
-            ("alone, half the pool", False, "fcfs", ["lru", "pbkv-lae", "oracle"], ["--gpu-blocks", str(half)]),
+    runs = [("alone", False, "fcfs", ["lru", "pbkv-lae", "pbkv-ta"], []),
+            ("alone, half the pool", False, "fcfs", ["lru", "pbkv-lae", "pbkv-ta", "oracle"], ["--gpu-blocks", str(half)]),
             ("with B, fcfs", True, "fcfs", ["lru", "pbkv-lae"], []),
             ("with B, fair without the chunk cap", True, "fair", ["lru", "pbkv-lae"], ["--shared-chunk-tokens", "0"]),
             ("with B, fair, chunk cap 2048", True, "fair", ["lru", "pbkv-lae"], ["--shared-chunk-tokens", "2048"]),
-            ("with B, fair", True, "fair", ["lru", "pbkv-lae"], [])]
+            ("with B, fair", True, "fair", ["lru", "pbkv-lae", "pbkv-ta"], [])]
     for seed in TENANT_SEEDS:
         traces = {w: two_tenant_trace(workload, rate_a, n_a, ratio, tmp, w, seed) for w in (False, True)}
         rows = out["seeds"][str(seed)] = {}

@@ -40,22 +40,24 @@ SEEDS = (1, 3, 5)
 POLICIES = ["lru"]
 
 
-def with_sybils(trace: Path, n: int, tmp: Path) -> Path:
-    """`trace` plus `n` tenants of one long-open workflow each (64-token calls)."""
+def with_sybils(trace: Path, n: int, tmp: Path, open_ms: float | None = None, tokens: int = 64) -> Path:
+    """`trace` plus `n` tenants of one workflow each: a `tokens`-token call early, and a second
+    `open_ms` later (default: after the whole trace, so the workflow stays open throughout)."""
     from agentrt.trace.reader import read_trace
     from agentrt.trace.writer import write_trace
     header, calls = read_trace(trace)
     calls = list(calls)
-    end_ms = max((c.timestamp or 0.0) for c in calls) + 10**7
+    end_ms = open_ms if open_ms is not None else max((c.timestamp or 0.0) for c in calls) + 10**7
+    blocks = max(1, tokens // 16)
     extra = []
     for k in range(n):
-        ids = [9 * 10**8 + 10 * k + j for j in range(4)]
+        ids = [9 * 10**8 + 100 * k + j for j in range(blocks)]
         first = dataclasses.replace(calls[0], workflow=f"s{k}/w", call=0, agent="idle", tenant=f"s{k}",
-                                    timestamp=1000.0 * k, after=(), think_ms=0.0, input_length=64,
+                                    timestamp=1000.0 * k, after=(), think_ms=0.0, input_length=tokens,
                                     output_length=1, hash_ids=ids, output_hash_ids=[], last=None,
                                     signal=None, line=0)
         second = dataclasses.replace(first, call=1, timestamp=None, after=(0,), think_ms=end_ms,
-                                     input_length=80, hash_ids=ids + [ids[-1] + 5])
+                                     input_length=tokens + 16, hash_ids=ids + [ids[-1] + 50])
         extra += [first, second]
     flows: dict[str, list] = {}
     for c in extra + calls:
@@ -119,12 +121,14 @@ def main() -> None:
     ap.add_argument("--label", default="max-min shares (this checkout)")
     ap.add_argument("--docs-only", action="store_true")
     a = ap.parse_args()
-    doc = json.loads(OUT.read_text()) if OUT.exists() else {}
     if not a.docs_only:
         with tempfile.TemporaryDirectory(prefix="agentrt-dilution-") as tmp:
-            doc[a.label] = run(a.label, Path(tmp))
+            result = run(a.label, Path(tmp))
+        doc = json.loads(OUT.read_text()) if OUT.exists() else {}    # read late: other labels may have landed
+        doc[a.label] = result
         OUT.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {OUT}")
+    doc = json.loads(OUT.read_text()) if OUT.exists() else {}
     if doc:
         write_between(DOCS, START, END, render(doc))
 

@@ -4,6 +4,7 @@
     python benchmarks/vllm_tenants.py --repeats 1
     python benchmarks/vllm_tenants.py --docs-only     # rebuild the docs table from the JSON
     python benchmarks/vllm_tenants.py --part priorities-only   # add that run to the JSON's repeats
+    python benchmarks/vllm_tenants.py --part sybils --label NAME   # A, B and 10 one-call tenants
 
 Tenant A runs `WORKFLOWS_A` `team` workflows at `RATE_A` workflows/s, tenant B five times as many
 at five times the rate (the simulator's two-tenant experiment, `schedulers.py --part tenants`,
@@ -17,6 +18,11 @@ local model with a small KV pool (`--vllm-blocks`), so B's working set overflows
 - A and B, `--scheduler fair --policies lru --no-tenant-shares`: the same priorities without the
   shares, to tell the two apart (its stock vLLM run is a second sample of the baseline, kept as
   `A and B, stock vLLM (2nd run)`).
+`--part sybils` replays seed 1's A and B with `SYBILS` more tenants of one 128-token call each
+(`with_sybils` of benchmarks/tenant_dilution.py) under `--scheduler fair`: they hold a few
+blocks, so a static split of the pool would give each real tenant a twelfth of it. The result
+is stored under `--label` (run it with `PYTHONPATH` on an older checkout to measure older
+rules) and shown between the `vllm-tenant-dilution` markers of docs/results.md.
 Reported per run: A's and B's hit rate (cached tokens the responses report over prompt tokens)
 and p90 TTFT; the median and range over the repeats. Wall-clock latencies on a shared 2-core
 machine are noisy: compare within a repeat. Writes docs/results/engine/vllm_tenants.json and
@@ -39,6 +45,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from routers import write_between  # noqa: E402
 from schedulers import two_tenant_trace  # noqa: E402
+from tenant_dilution import with_sybils  # noqa: E402
 
 WORKLOAD = "team"
 WORKFLOWS_A = 6
@@ -49,6 +56,8 @@ ENGINE_ARGS = ["--engine", "vllm", "--model-size", "tiny", "--vllm-blocks", "256
 OUT = REPO / "docs" / "results" / "engine" / "vllm_tenants.json"
 DOCS = REPO / "docs" / "results.md"
 START, END = "<!-- vllm-tenants:start -->", "<!-- vllm-tenants:end -->"
+SYBIL_START, SYBIL_END = "<!-- vllm-tenant-dilution:start -->", "<!-- vllm-tenant-dilution:end -->"
+SYBILS = 10
 
 
 def bench(trace: Path, out: Path, extra: list[str]) -> dict:
@@ -92,6 +101,39 @@ def run_once(tmp: Path, seed: int) -> dict:
     return {"seed": seed, "runs": runs, "wall_s": round(time.perf_counter() - t0, 1)}
 
 
+def sybils_part(tmp: Path, seed: int = 1) -> dict:
+    """Seed `seed`'s A and B plus `SYBILS` one-call tenants: stock vLLM and fair (shares on)."""
+    both = two_tenant_trace(WORKLOAD, RATE_A, WORKFLOWS_A, RATIO, tmp, with_b=True, seed_a=seed)
+    trace = with_sybils(both, SYBILS, tmp, open_ms=1000.0, tokens=128)
+    r = bench(trace, tmp / f"sybils-{seed}.json", ["--policies", "lru", "--scheduler", "fair"])["results"]
+    return {"seed": seed, "sybils": SYBILS, "stock": both_runs(r["lru"]), "fair": both_runs(r["lru+fair"])}
+
+
+def render_sybils(doc: dict) -> str:
+    runs = doc.get("sybils") or {}
+    alone = {r["seed"]: r["runs"]["A alone, stock vLLM"]["a"] for r in doc["repeats"]}
+    shares = {r["seed"]: r["runs"][SHARES] for r in doc["repeats"] if SHARES in r["runs"]}
+    lines = [f"`python benchmarks/vllm_tenants.py --part sybils --label NAME` (seed 1's trace of the table "
+             f"above plus {SYBILS} tenants of one 128-token call each, `--scheduler fair`; one run per row; "
+             "the without-sybils row is the same seed's repeat above):", "",
+             "| rules | run | A's hit % | A's hit vs alone | A's p90 TTFT s | B's hit % | B's p90 TTFT s | tenants over their share (end) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+
+    def row(label, run, x, seed):
+        a, b = x["a"], x["b"]
+        vs = f"{a['hit_rate'] / alone[seed]['hit_rate']:.2f}x" if seed in alone and alone[seed]["hit_rate"] else ""
+        over = (x.get("connector") or {}).get("policy_tenants_over_share")
+        return (f"| {label} | {run} | {100 * a['hit_rate']:.1f} | {vs} | {a['ttft_p90_s']:.3f} | "
+                f"{100 * b['hit_rate']:.1f} | {b['ttft_p90_s']:.3f} | {'' if over is None else over} |")
+    for label, r in runs.items():
+        seed = r["seed"]
+        if seed in shares and label == next(iter(runs)):
+            lines.append(row("(table above)", "A and B, fair (no sybils)", shares[seed], seed))
+        lines.append(row(label, "A, B and sybils, stock vLLM", r["stock"], seed))
+        lines.append(row(label, "A, B and sybils, fair", r["fair"], seed))
+    return "\n".join(lines)
+
+
 def render(doc: dict) -> str:
     """The docs table: per run, the median (min-max) over the repeats."""
     labels = [lb for lb in ORDER if all(lb in r["runs"] for r in doc["repeats"])]
@@ -128,11 +170,23 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--docs-only", action="store_true", help="rebuild the docs table from --out and exit")
-    ap.add_argument("--part", choices=("all", "priorities-only"), default="all",
-                    help="priorities-only: add the run without shares to every repeat of --out")
+    ap.add_argument("--part", choices=("all", "priorities-only", "sybils"), default="all",
+                    help="priorities-only: add the run without shares to every repeat of --out; "
+                         "sybils: the one-call tenants run, stored under --label")
+    ap.add_argument("--label", default="max-min shares (this checkout)")
     args = ap.parse_args()
     if args.docs_only:
         write_docs(json.loads(args.out.read_text()))
+        return
+    if args.part == "sybils":
+        with tempfile.TemporaryDirectory(prefix="agentrt-vllm-tenants-") as d:
+            result = sybils_part(Path(d))
+        doc = json.loads(args.out.read_text())
+        doc.setdefault("sybils", {})[args.label] = result
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        print(render_sybils(doc))
+        if args.out == OUT:
+            write_docs(doc)
         return
     if args.part == "priorities-only":
         doc = json.loads(args.out.read_text())
@@ -164,6 +218,8 @@ def write_docs(doc: dict) -> None:
             f"{', '.join(str(r['seed']) for r in doc['repeats'])}; B's seed is A's + 1), from "
             f"docs/results/engine/vllm_tenants.json: median (min-max) over the repeats.\n\n")
     write_between(DOCS, START, END, head + render(doc))
+    if doc.get("sybils"):
+        write_between(DOCS, SYBIL_START, SYBIL_END, render_sybils(doc))
 
 
 if __name__ == "__main__":
