@@ -7,6 +7,8 @@ prints
   after it (target: flat; the first stretch after the cap also holds the tables' one-time
   growth from churn, as a dict resizes once for its deleted entries);
 - the silence sweep: one timer sweep with nothing silent, and one that ends 1,000 workflows;
+- the admission schedulers' memory after `--scheduler-tenants` tenants came and went (one call
+  each);
 - CacheSage's idle loop (`act`) and its survival refresh after one event, at the open count the
   caps allow and with the caps off (every workflow open), against the full scan over every idle
   workflow that the previous code ran (`act` once per interval when the engine is idle).
@@ -168,11 +170,36 @@ def cost_run(n: int, tenants: int, caps: bool) -> None:
           f"(full scan {t_surv_old * 1e3:7.1f} ms)")
 
 
+def scheduler_run(name: str, n: int) -> None:
+    """`n` tenants one after another, each one workflow of one call (arrived, admitted, finished,
+    ended): what the scheduler keeps once they are gone (a server whose clients name tenants)."""
+    from agentrt.sched.registry import make_scheduler
+    sched = make_scheduler(name)
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for i in range(n):
+        c = ev.CallInfo(rid=i, workflow=f"w{i}", agent="a", tenant=f"t{i}", index=0,
+                        hash_ids=[4 * i + k for k in range(4)], input_length=4 * BS, output_length=8,
+                        block_size=BS, warmup=False)
+        sched.observe(ev.CallArrived(float(i), c))
+        sched.observe(ev.CallAdmitted(float(i), c, None, 1, 0))
+        sched.observe(ev.CallFinished(i + 0.5, c, None))
+        sched.observe(ev.WorkflowEnded(i + 0.6, c.workflow, c.tenant))
+    gc.collect()
+    heap = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    print(f"  {name:6s} {n:,} tenants came and went: heap {heap / 1024:8.1f} KiB  "
+          f"state_bytes {sched.state_bytes():>9,d}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workflows", type=int, default=100_000)
     ap.add_argument("--tenants", default="1,16", help="comma-separated tenant counts")
     ap.add_argument("--policies", default="lru,cachesage,pbkv-lae")
+    ap.add_argument("--scheduler-tenants", type=int, default=100_000,
+                    help="tenants that come and go through each admission scheduler (0: skip)")
     args = ap.parse_args()
     n = args.workflows
     tenant_counts = [int(x) for x in args.tenants.split(",")]
@@ -187,6 +214,10 @@ def main() -> None:
     print("loop costs (one tenant):")
     cost_run(n, 1, caps=True)
     cost_run(n, 1, caps=False)
+    if args.scheduler_tenants:
+        print("admission schedulers (tracemalloc):")
+        for name in ("fcfs", "lpm", "las", "fair", "agent"):
+            scheduler_run(name, args.scheduler_tenants)
 
 
 if __name__ == "__main__":

@@ -778,3 +778,67 @@ def test_the_least_served_tenant_prefills_first_until_it_is_served_more():
     assert s.least() == "b"
     assert batch_order(s, running) == [1, 2, 3, 4]
     assert s.prefill_cap("a", 8000) == 512 and s.prefill_cap("b", 8000) == 8000
+
+
+# ------------------------------------------------------------------ bounded state: tenants that left
+def departures(s, n, start=0):
+    for i in range(start, start + n):
+        c = info(i, f"t{i}", wf=f"w{i}")
+        s.observe(ev.CallArrived(float(i), c))
+        s.observe(ev.CallAdmitted(float(i), c, None, 1, 0))
+        s.observe(ev.CallFinished(i + 0.5, c, None))
+        s.observe(ev.WorkflowEnded(i + 0.6, f"w{i}", f"t{i}"))
+
+
+def test_tenants_that_left_do_not_grow_fairs_state():
+    s = FairScheduler()
+    departures(s, 20000)
+    assert len(s.virtual) <= 128 and len(s.prefill.clock) <= 128 and len(s._gone) <= 128
+    assert s.state_bytes() < 50_000
+
+
+def test_a_tenant_that_took_more_than_its_share_keeps_its_clock_after_leaving():
+    s = FairScheduler()
+    busy = info(1, "busy", wf="b1", n_in=100 * BS)
+    s.observe(ev.CallArrived(0.0, busy))
+    s.observe(ev.CallArrived(0.0, info(2, "quiet", wf="q1")))     # stays in flight: the floor
+    s.observe(ev.CallFinished(1.0, busy, None))
+    s.observe(ev.WorkflowEnded(1.0, "b1", "busy"))
+    departures(s, 200, start=100)                                   # sweeps run
+    assert s.virtual["busy"] > min(s.tags.values())                 # its debt is kept
+    again = info(3, "busy", wf="b2")
+    s.observe(ev.CallArrived(2.0, again))
+    assert s.tags[3] == s.virtual["busy"] - (again.input_length + again.output_length)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 40), st.booleans()), min_size=1, max_size=120))
+def test_dropping_clocks_of_tenants_that_left_changes_no_tag(steps):
+    # the same events to a scheduler that sweeps at once and to one that never does: every start
+    # tag, prefill tag and the precedence agree
+    eager, never = FairScheduler(), FairScheduler()
+    never._sweep_at = 10**9
+
+    def feed(e):
+        eager._sweep_at = 1                                         # sweep at every departure
+        eager.observe(e)
+        never.observe(e)
+
+    open_calls: dict[int, ev.CallInfo] = {}
+    rid = 0
+    for k, (tenant, blocks, finish_first) in enumerate(steps):
+        t = float(k)
+        if finish_first and open_calls:
+            old = open_calls.pop(min(open_calls))
+            feed(ev.CallFinished(t, old, None))
+            feed(ev.WorkflowEnded(t, old.workflow, old.tenant))
+        rid += 1
+        c = info(rid, f"t{tenant}", wf=f"w{rid}", n_in=blocks * BS)
+        feed(ev.CallArrived(t, c))
+        feed(ev.CallAdmitted(t, c, None, blocks // 2, 0))
+        open_calls[rid] = c
+        assert eager.tags == never.tags
+        for r, call in open_calls.items():
+            assert eager.prefill.tag(r, call.tenant, BS) == never.prefill.tag(r, call.tenant, BS)
+        if len(eager.live) > 1:
+            assert eager.least() == never.least()

@@ -107,6 +107,8 @@ class FairScheduler(Scheduler):
         self.live: dict[str, set] = {}          # tenant -> its workflows that have not ended
         self.tags: dict[int, float] = {}        # waiting or running call -> its start tag
         self.peak_running: dict[str, int] = {}  # most blocks a tenant's running calls spanned at an admission
+        self._gone: set[str] = set()            # tenants without workflows or calls whose clocks are kept
+        self._sweep_at = 64
         self.prefill = PrefillShares(self.weight)
 
     def weight(self, tenant: str) -> float:
@@ -119,6 +121,7 @@ class FairScheduler(Scheduler):
             c = e.call
             if c.warmup or c.rid in self.tags:
                 return
+            self._gone.discard(c.tenant)
             self.live.setdefault(c.tenant, set()).add(c.workflow)
             n = self.backlog.get(c.tenant, 0)
             if n == 0:
@@ -151,6 +154,7 @@ class FairScheduler(Scheduler):
                 self.backlog[c.tenant] = n
             else:
                 self.backlog.pop(c.tenant, None)
+                self._left(c.tenant)
         elif t is ev.WorkflowEnded:
             flows = self.live.get(e.tenant)
             if flows is not None:
@@ -158,6 +162,29 @@ class FairScheduler(Scheduler):
                 if not flows:
                     del self.live[e.tenant]
                     self.peak_running.pop(e.tenant, None)
+                    self._left(e.tenant)
+
+    def _left(self, tenant: str) -> None:
+        """A tenant with no open workflow and nothing in flight: its clocks are dropped once the
+        system's virtual time passes them (re-entry lifts them there anyway), so the state of a
+        long-running server stays bounded by the tenants present. One that took more than its
+        share keeps its clock until then: ending its workflows does not wipe its debt."""
+        if tenant in self.live or self.backlog.get(tenant):
+            return
+        self._gone.add(tenant)
+        if len(self._gone) < self._sweep_at:
+            return
+        if self.tags:
+            floor = min(self.tags.values())
+            drop = {t for t in self._gone if self.virtual.get(t, 0.0) <= floor}
+        else:
+            top = max(self.virtual.values(), default=0.0)
+            drop = {t for t in self._gone if self.virtual.get(t, 0.0) < top or t not in self.virtual}
+        drop &= self.prefill.forget(drop)
+        for t in drop:
+            self.virtual.pop(t, None)
+        self._gone -= drop
+        self._sweep_at = max(64, 2 * len(self._gone))     # amortized: each sweep is paid for by as many departures
 
     def defer(self, call, arrival, view) -> bool:
         if call.warmup:
@@ -210,4 +237,4 @@ class FairScheduler(Scheduler):
         return budget if tenant == self.least() else cap
 
     def state_bytes(self) -> int:
-        return self.prefill.state_bytes() + 150 * (len(self.virtual) + len(self.backlog)) + 80 * len(self.tags) + 100 * sum(len(f) for f in self.live.values()) + 80 * len(self.peak_running)
+        return self.prefill.state_bytes() + 150 * (len(self.virtual) + len(self.backlog)) + 80 * len(self.tags) + 100 * sum(len(f) for f in self.live.values()) + 80 * (len(self.peak_running) + len(self._gone))

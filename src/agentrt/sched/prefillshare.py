@@ -89,5 +89,19 @@ class PrefillShares:
         self.head[rid] = t
         return t
 
+    def forget(self, tenants) -> set[str]:
+        """Drop the clocks of `tenants` (gone: no call in flight) that re-entering would lift to
+        the system's virtual time anyway, so nothing is lost; the ones dropped."""
+        if self.start:
+            floor = self.system_time()
+            gone = {t for t in tenants if not self.prefilling.get(t) and self.clock.get(t, 0.0) <= floor}
+        else:
+            # nothing prefills: re-entry is at the largest clock, which stays
+            top = max(self.clock.values(), default=0.0)
+            gone = {t for t in tenants if self.clock.get(t, 0.0) < top or t not in self.clock}
+        for t in gone:
+            self.clock.pop(t, None)
+        return gone
+
     def state_bytes(self) -> int:
         return 120 * len(self.clock) + 200 * len(self.start)
