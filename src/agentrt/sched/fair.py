@@ -9,9 +9,9 @@ Model
   system's virtual time (the smallest start tag waiting or running), so idling banks no credit
   and a burst cannot be paid for by a quiet past, while a quiet tenant is not queued behind the
   whole of a burst.
-- The KV cache is shared by weight too (`kvshare.py`): engines wrap the eviction policy so that
-  while a tenant holds more cached blocks than its share, its blocks are evicted before any
-  other tenant's. A burst therefore evicts its own cache first, never a quiet tenant's agents.
+- The KV cache is shared by weight too, max-min (`kvshare.py`): engines wrap the eviction
+  policy so that while a tenant holds more blocks than its share, its blocks are evicted before
+  any other tenant's. A burst therefore evicts its own cache first, never a quiet tenant's agents.
 - Weights come from the `weights` option ("tenant:weight,..." or a dict); unnamed tenants weigh 1.
 - Running memory is shared by weight as well, max-min (`maxmin.py`): while another tenant is
   active (a workflow that has not ended, even one waiting on a tool, and a call in flight or
@@ -22,8 +22,9 @@ Model
   tool its cache stays and its next calls fit at once); a tenant demanding less than its
   weighted share leaves the rest to the others. With two tenants that both want more than half
   this is the static split by weight; tenants that hold almost nothing (idle, or names invented
-  to dilute the shares) reserve almost nothing. Without this a burst's running requests fill the pool and every eviction lands on the
-  quiet tenant's cache, whatever the eviction order. Held calls wait at most `max_hold_s`.
+  to dilute the shares) reserve almost nothing. Without this a burst's running requests fill
+  the pool and every eviction lands on the quiet tenant's cache, whatever the eviction order.
+  Held calls wait at most `max_hold_s`.
 - Each iteration's prefill budget is shared by weight too (`prefillshare.py`): admitted calls'
   chunks go in the order of their tenant's virtual prefill time (tokens computed / weight, with
   the same re-entry rule), so a quiet tenant's chunk goes ahead of a burst's instead of waiting
