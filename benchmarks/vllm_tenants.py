@@ -4,7 +4,7 @@
     python benchmarks/vllm_tenants.py --repeats 1
     python benchmarks/vllm_tenants.py --docs-only     # rebuild the docs table from the JSON
     python benchmarks/vllm_tenants.py --part priorities-only   # add that run to the JSON's repeats
-    python benchmarks/vllm_tenants.py --part sybils --label NAME   # A, B and 10 one-call tenants
+    python benchmarks/vllm_tenants.py --part sybils --label NAME [--seeds 1,3,5]   # plus 10 one-call tenants
 
 Tenant A runs `WORKFLOWS_A` `team` workflows at `RATE_A` workflows/s, tenant B five times as many
 at five times the rate (the simulator's two-tenant experiment, `schedulers.py --part tenants`,
@@ -18,7 +18,7 @@ local model with a small KV pool (`--vllm-blocks`), so B's working set overflows
 - A and B, `--scheduler fair --policies lru --no-tenant-shares`: the same priorities without the
   shares, to tell the two apart (its stock vLLM run is a second sample of the baseline, kept as
   `A and B, stock vLLM (2nd run)`).
-`--part sybils` replays seed 1's A and B with `SYBILS` more tenants of one 128-token call each
+`--part sybils` replays A and B (`--seeds`, default 1, 3, 5) with `SYBILS` more tenants of one 128-token call each
 (`with_sybils` of benchmarks/tenant_dilution.py) under `--scheduler fair`: they hold a few
 blocks, so a static split of the pool would give each real tenant a twelfth of it. The result
 is stored under `--label` (run it with `PYTHONPATH` on an older checkout to measure older
@@ -110,27 +110,38 @@ def sybils_part(tmp: Path, seed: int = 1) -> dict:
 
 
 def render_sybils(doc: dict) -> str:
+    """Per rule set, the median (min-max) over the seeds run; the no-sybils reference is the
+    repeats of the table above with the same seeds."""
     runs = doc.get("sybils") or {}
-    alone = {r["seed"]: r["runs"]["A alone, stock vLLM"]["a"] for r in doc["repeats"]}
-    shares = {r["seed"]: r["runs"][SHARES] for r in doc["repeats"] if SHARES in r["runs"]}
-    lines = [f"`python benchmarks/vllm_tenants.py --part sybils --label NAME` (seed 1's trace of the table "
-             f"above plus {SYBILS} tenants of one 128-token call each, `--scheduler fair`; one run per row; "
-             "the without-sybils row is the same seed's repeat above):", "",
-             "| rules | run | A's hit % | A's hit vs alone | A's p90 TTFT s | B's hit % | B's p90 TTFT s | tenants over their share (end) |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    alone = {str(r["seed"]): r["runs"]["A alone, stock vLLM"]["a"] for r in doc["repeats"]}
+    shares = {str(r["seed"]): r["runs"][SHARES] for r in doc["repeats"] if SHARES in r["runs"]}
+    seeds = sorted({sd for by_seed in runs.values() for sd in by_seed}, key=int)
+    lines = [f"`python benchmarks/vllm_tenants.py --part sybils --label NAME` (the two-tenant traces of the "
+             f"table above plus {SYBILS} tenants of one 128-token call each, `--scheduler fair`; A seeds "
+             f"{', '.join(seeds)}, one run each, median (min-max); the no-sybils row is the same seeds' "
+             "repeats above):", "",
+             "| rules | run | A's hit % | A's hit vs alone | A's p90 TTFT s | B's hit % | B's p90 TTFT s |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
 
-    def row(label, run, x, seed):
-        a, b = x["a"], x["b"]
-        vs = f"{a['hit_rate'] / alone[seed]['hit_rate']:.2f}x" if seed in alone and alone[seed]["hit_rate"] else ""
-        over = (x.get("connector") or {}).get("policy_tenants_over_share")
-        return (f"| {label} | {run} | {100 * a['hit_rate']:.1f} | {vs} | {a['ttft_p90_s']:.3f} | "
-                f"{100 * b['hit_rate']:.1f} | {b['ttft_p90_s']:.3f} | {'' if over is None else over} |")
-    for label, r in runs.items():
-        seed = r["seed"]
-        if seed in shares and label == next(iter(runs)):
-            lines.append(row("(table above)", "A and B, fair (no sybils)", shares[seed], seed))
-        lines.append(row(label, "A, B and sybils, stock vLLM", r["stock"], seed))
-        lines.append(row(label, "A, B and sybils, fair", r["fair"], seed))
+    def fmt(xs: list[float], digits: int, unit: str = "") -> str:
+        if len(xs) == 1:
+            return f"{xs[0]:.{digits}f}{unit}"
+        return f"{statistics.median(xs):.{digits}f}{unit} ({min(xs):.{digits}f}-{max(xs):.{digits}f})"
+
+    def row(label: str, run: str, xs: list[tuple[str, dict]]) -> str:
+        a = [x["a"] for _, x in xs]
+        b = [x["b"] for _, x in xs]
+        vs = [x["a"]["hit_rate"] / alone[sd]["hit_rate"] for sd, x in xs if alone.get(sd, {}).get("hit_rate")]
+        return (f"| {label} | {run} | {fmt([100 * y['hit_rate'] for y in a], 1)} | "
+                f"{fmt(vs, 2, 'x') if vs else ''} | {fmt([y['ttft_p90_s'] for y in a], 3)} | "
+                f"{fmt([100 * y['hit_rate'] for y in b], 1)} | {fmt([y['ttft_p90_s'] for y in b], 3)} |")
+    ref = [(sd, shares[sd]) for sd in seeds if sd in shares]
+    if ref:
+        lines.append(row("(table above)", "A and B, fair (no sybils)", ref))
+    for label, by_seed in runs.items():
+        xs = sorted(by_seed.items(), key=lambda kv: int(kv[0]))
+        lines.append(row(label, "A, B and sybils, stock vLLM", [(sd, r["stock"]) for sd, r in xs]))
+        lines.append(row(label, "A, B and sybils, fair", [(sd, r["fair"]) for sd, r in xs]))
     return "\n".join(lines)
 
 
@@ -174,16 +185,18 @@ def main() -> None:
                     help="priorities-only: add the run without shares to every repeat of --out; "
                          "sybils: the one-call tenants run, stored under --label")
     ap.add_argument("--label", default="max-min shares (this checkout)")
+    ap.add_argument("--seeds", default="1,3,5", help="--part sybils: A's trace seeds (B's is A's + 1)")
     args = ap.parse_args()
     if args.docs_only:
         write_docs(json.loads(args.out.read_text()))
         return
     if args.part == "sybils":
-        with tempfile.TemporaryDirectory(prefix="agentrt-vllm-tenants-") as d:
-            result = sybils_part(Path(d))
-        doc = json.loads(args.out.read_text())
-        doc.setdefault("sybils", {})[args.label] = result
-        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        for seed in (int(x) for x in args.seeds.split(",")):
+            with tempfile.TemporaryDirectory(prefix="agentrt-vllm-tenants-") as d:
+                result = sybils_part(Path(d), seed)
+            doc = json.loads(args.out.read_text())          # read late: another label may have landed
+            doc.setdefault("sybils", {}).setdefault(args.label, {})[str(seed)] = result
+            args.out.write_text(json.dumps(doc, indent=1) + "\n")
         print(render_sybils(doc))
         if args.out == OUT:
             write_docs(doc)
