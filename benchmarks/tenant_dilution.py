@@ -48,7 +48,8 @@ def with_sybils(trace: Path, n: int, tmp: Path, open_ms: float | None = None, to
     header, calls = read_trace(trace)
     calls = list(calls)
     end_ms = open_ms if open_ms is not None else max((c.timestamp or 0.0) for c in calls) + 10**7
-    blocks = max(1, tokens // 16)
+    bs = header.block_size
+    blocks = max(1, tokens // bs)
     extra = []
     for k in range(n):
         ids = [9 * 10**8 + 100 * k + j for j in range(blocks)]
@@ -57,7 +58,7 @@ def with_sybils(trace: Path, n: int, tmp: Path, open_ms: float | None = None, to
                                     output_length=1, hash_ids=ids, output_hash_ids=[], last=None,
                                     signal=None, line=0)
         second = dataclasses.replace(first, call=1, timestamp=None, after=(0,), think_ms=end_ms,
-                                     input_length=tokens + 16, hash_ids=ids + [ids[-1] + 50])
+                                     input_length=tokens + bs, hash_ids=ids + [ids[-1] + 50])
         extra += [first, second]
     flows: dict[str, list] = {}
     for c in extra + calls:
