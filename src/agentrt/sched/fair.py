@@ -57,7 +57,7 @@ from typing import ClassVar
 from agentrt.runtime import events as ev
 from agentrt.sched.base import DEFAULT_MAX_HOLD_S, DEFAULT_MAX_WAIT_S, Scheduler
 from agentrt.sched.maxmin import share_of_unbounded
-from agentrt.sched.prefillshare import PrefillShares
+from agentrt.sched.prefillshare import PrefillShares, passed
 from agentrt.sched.service import prefill_work
 
 DEFAULT_SHARED_CHUNK_TOKENS = 512
@@ -126,9 +126,8 @@ class FairScheduler(Scheduler):
             self.live.setdefault(c.tenant, set()).add(c.workflow)
             n = self.backlog.get(c.tenant, 0)
             if n == 0:
-                # the system's virtual time: the smallest start tag still waiting or running
-                floor = min(self.tags.values()) if self.tags else max(self.virtual.values(), default=0.0)
-                self.virtual[c.tenant] = max(self.virtual.get(c.tenant, 0.0), floor)
+                # an idle tenant re-enters at the system's virtual time
+                self.virtual[c.tenant] = max(self.virtual.get(c.tenant, 0.0), self._system_time())
             self.backlog[c.tenant] = n + 1
             # start tag, then charge the call's whole prompt and output; admission refunds
             # what turns out to be cached
@@ -165,6 +164,11 @@ class FairScheduler(Scheduler):
                     self.peak_running.pop(e.tenant, None)
                     self._left(e.tenant)
 
+    def _system_time(self) -> float:
+        """Where a tenant with nothing in flight re-enters: the smallest start tag still waiting
+        or running, else the largest clock."""
+        return min(self.tags.values()) if self.tags else max(self.virtual.values(), default=0.0)
+
     def _left(self, tenant: str) -> None:
         """A tenant with no open workflow and nothing in flight: its clocks are dropped once the
         system's virtual time passes them (re-entry lifts them there anyway), so the state of a
@@ -175,12 +179,8 @@ class FairScheduler(Scheduler):
         self._gone.add(tenant)
         if len(self._gone) < self._sweep_at:
             return
-        if self.tags:
-            floor = min(self.tags.values())
-            drop = {t for t in self._gone if self.virtual.get(t, 0.0) <= floor}
-        else:
-            top = max(self.virtual.values(), default=0.0)
-            drop = {t for t in self._gone if self.virtual.get(t, 0.0) < top or t not in self.virtual}
+        # nothing waits or runs: re-entry is at the largest clock, which stays
+        drop = passed(self.virtual, self._gone, self._system_time(), strict=not self.tags)
         drop &= self.prefill.forget(drop)
         for t in drop:
             self.virtual.pop(t, None)
@@ -191,10 +191,10 @@ class FairScheduler(Scheduler):
         if call.warmup:
             return False
         mine = view.tenant_running_blocks(call.tenant)
-        if mine == 0:
-            self._note_peak(call.tenant, -(-(call.input_length + call.output_length) // call.block_size))
-            return False
         need = -(-(call.input_length + call.output_length) // call.block_size)
+        if mine == 0:
+            self._note_peak(call.tenant, need)
+            return False
         others = []
         for t in self.live:
             if t == call.tenant:

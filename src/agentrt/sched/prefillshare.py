@@ -92,16 +92,18 @@ class PrefillShares:
     def forget(self, tenants) -> set[str]:
         """Drop the clocks of `tenants` (gone: no call in flight) that re-entering would lift to
         the system's virtual time anyway, so nothing is lost; the ones dropped."""
-        if self.start:
-            floor = self.system_time()
-            gone = {t for t in tenants if not self.prefilling.get(t) and self.clock.get(t, 0.0) <= floor}
-        else:
-            # nothing prefills: re-entry is at the largest clock, which stays
-            top = max(self.clock.values(), default=0.0)
-            gone = {t for t in tenants if self.clock.get(t, 0.0) < top or t not in self.clock}
+        idle = (t for t in tenants if not self.prefilling.get(t))
+        # nothing prefills: re-entry is at the largest clock, which stays
+        gone = passed(self.clock, idle, self.system_time(), strict=not self.start)
         for t in gone:
             self.clock.pop(t, None)
         return gone
 
     def state_bytes(self) -> int:
         return 120 * len(self.clock) + 200 * len(self.start)
+
+
+def passed(clocks: dict[str, float], tenants, floor: float, strict: bool) -> set[str]:
+    """Of `tenants`, those whose clock re-entry would lift to `floor` anyway: none, or one at or
+    below it (below it when `strict`: `floor` is then the largest clock itself, which must stay)."""
+    return {t for t in tenants if t not in clocks or (clocks[t] < floor if strict else clocks[t] <= floor)}
