@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import tempfile
 from pathlib import Path
 
@@ -88,11 +87,6 @@ def run(label: str, tmp: Path) -> dict:
     return {"rate_a": rate_a, "ratio": ratio, "workflows_a": n_a, "rows": rows}
 
 
-def _med(xs: list[float], fmt: str) -> str:
-    xs = sorted(xs)
-    return f"{fmt.format(statistics.median(xs))} ({fmt.format(xs[0])}-{fmt.format(xs[-1])})"
-
-
 def render(doc: dict) -> str:
     lines = [f"Built by `python benchmarks/tenant_dilution.py` (swebench, qwen3-32b-h200, `fair` + LRU; A at "
              f"{next(iter(doc.values()))['rate_a']:.5f} workflows/s, B at 5x; {SYBILS} invented tenants each "
@@ -104,11 +98,11 @@ def render(doc: dict) -> str:
         for name, seeds in d["rows"].items():
             rs = list(seeds.values())
             lines.append(
-                f"| {label} | {name} | {_med([100 * r['a']['hit_rate'] for r in rs], '{:.1f}')} | "
-                f"{_med([r['a']['ttft_p90_s'] for r in rs], '{:.2f}')} | "
-                f"{_med([r['a']['wait_max_s'] for r in rs], '{:.1f}')} | "
-                f"{_med([100 * r['b']['hit_rate'] for r in rs], '{:.1f}')} | "
-                f"{_med([r['b']['ttft_p90_s'] for r in rs], '{:.2f}')} |")
+                f"| {label} | {name} | {sched_bench._spread([100 * r['a']['hit_rate'] for r in rs], '{:.1f}')} | "
+                f"{sched_bench._spread([r['a']['ttft_p90_s'] for r in rs], '{:.2f}')} | "
+                f"{sched_bench._spread([r['a']['wait_max_s'] for r in rs], '{:.1f}')} | "
+                f"{sched_bench._spread([100 * r['b']['hit_rate'] for r in rs], '{:.1f}')} | "
+                f"{sched_bench._spread([r['b']['ttft_p90_s'] for r in rs], '{:.2f}')} |")
     first = next(iter(doc.values()))["rows"]
     cmds = [seeds[str(SEEDS[0])]["command"] for seeds in first.values()]
     lines.append("\nCommands for seed " + str(SEEDS[0]) + ": " + "; ".join(f"`{c}`" for c in cmds)

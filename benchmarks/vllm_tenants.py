@@ -101,6 +101,13 @@ def run_once(tmp: Path, seed: int) -> dict:
     return {"seed": seed, "runs": runs, "wall_s": round(time.perf_counter() - t0, 1)}
 
 
+def fmt(xs: list[float], unit: str = "", digits: int = 2) -> str:
+    """The median and (min-max) of several runs; one run's value alone."""
+    if len(xs) == 1:
+        return f"{xs[0]:.{digits}f}{unit}"
+    return f"{statistics.median(xs):.{digits}f}{unit} ({min(xs):.{digits}f}-{max(xs):.{digits}f})"
+
+
 def sybils_part(tmp: Path, seed: int = 1) -> dict:
     """Seed `seed`'s A and B plus `SYBILS` one-call tenants: stock vLLM and fair (shares on)."""
     both = two_tenant_trace(WORKLOAD, RATE_A, WORKFLOWS_A, RATIO, tmp, with_b=True, seed_a=seed)
@@ -123,18 +130,13 @@ def render_sybils(doc: dict) -> str:
              "| rules | run | A's hit % | A's hit vs alone | A's p90 TTFT s | B's hit % | B's p90 TTFT s |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
 
-    def fmt(xs: list[float], digits: int, unit: str = "") -> str:
-        if len(xs) == 1:
-            return f"{xs[0]:.{digits}f}{unit}"
-        return f"{statistics.median(xs):.{digits}f}{unit} ({min(xs):.{digits}f}-{max(xs):.{digits}f})"
-
     def row(label: str, run: str, xs: list[tuple[str, dict]]) -> str:
         a = [x["a"] for _, x in xs]
         b = [x["b"] for _, x in xs]
         vs = [x["a"]["hit_rate"] / alone[sd]["hit_rate"] for sd, x in xs if alone.get(sd, {}).get("hit_rate")]
-        return (f"| {label} | {run} | {fmt([100 * y['hit_rate'] for y in a], 1)} | "
-                f"{fmt(vs, 2, 'x') if vs else ''} | {fmt([y['ttft_p90_s'] for y in a], 3)} | "
-                f"{fmt([100 * y['hit_rate'] for y in b], 1)} | {fmt([y['ttft_p90_s'] for y in b], 3)} |")
+        return (f"| {label} | {run} | {fmt([100 * y['hit_rate'] for y in a], digits=1)} | "
+                f"{fmt(vs, unit='x') if vs else ''} | {fmt([y['ttft_p90_s'] for y in a], digits=3)} | "
+                f"{fmt([100 * y['hit_rate'] for y in b], digits=1)} | {fmt([y['ttft_p90_s'] for y in b], digits=3)} |")
     ref = [(sd, shares[sd]) for sd in seeds if sd in shares]
     if ref:
         lines.append(row("(table above)", "A and B, fair (no sybils)", ref))
@@ -149,9 +151,6 @@ def render(doc: dict) -> str:
     """The docs table: per run, the median (min-max) over the repeats."""
     labels = [lb for lb in ORDER if all(lb in r["runs"] for r in doc["repeats"])]
     alone = [r["runs"][labels[0]]["a"] for r in doc["repeats"]]
-
-    def fmt(xs: list[float], unit: str = "", digits: int = 2) -> str:
-        return f"{statistics.median(xs):.{digits}f}{unit} ({min(xs):.{digits}f}-{max(xs):.{digits}f})"
     lines = ["| run | A's hit % | A's hit vs alone | A's p90 TTFT s | A's p90 TTFT vs alone | B's hit % | B's p90 TTFT s |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for lb in labels:
