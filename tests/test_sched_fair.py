@@ -296,6 +296,20 @@ def expected_flood_evictions(flood, quiet, w_flood, w_quiet, h=0.05):
     return n
 
 
+def drain(pol, cache):
+    """Evict everything one block at a time, re-checking the shares after each; the victims'
+    tenants and the counts just before each eviction."""
+    evicted, log = [], []
+    while cache.gpu_used:
+        log.append(dict(cache.tenant_blocks))
+        victim = cache.peek_victims(1)[0]
+        assert cache.evict(1) == 1
+        evicted.append(victim.tenant)
+        pol.observe(ev.BlocksEvicted(2.0, [victim], False))
+        cache.check_invariants()
+    return evicted, log
+
+
 def flood_scenario(weights, quiet=4, flood=16):
     pol = TenantShares(Policy(), weights)
     cache = RadixKVCache(quiet + flood, 0, pol, block_bytes=1)
@@ -303,17 +317,8 @@ def flood_scenario(weights, quiet=4, flood=16):
     fill(cache, "quiet", list(range(1, quiet + 1)), 0.0)           # the oldest blocks (LRU's victims)
     fill(cache, "flood", list(range(100, 100 + flood)), 1.0)
     pol.observe(ev.BlocksEvicted(1.0, [], False))                  # any event re-checks the shares
-    evicted = []
-    log = []
-    while cache.gpu_used:
-        blocks = dict(cache.tenant_blocks)
-        victim = cache.peek_victims(1)[0]
-        assert cache.evict(1) == 1
-        evicted.append(victim.tenant)
-        log.append((victim.tenant, blocks))
-        pol.observe(ev.BlocksEvicted(2.0, [victim], False))
-        cache.check_invariants()
-    return evicted, log, pol
+    evicted, counts = drain(pol, cache)
+    return evicted, list(zip(evicted, counts)), pol
 
 
 def test_plain_lru_would_evict_the_quiet_tenant_first():
@@ -529,20 +534,6 @@ def test_fair_with_pbkv_aggressive_and_a_host_tier_runs():
 
 
 # ------------------------------------------------------------------ max-min: idle or invented tenants do not dilute
-def drain(pol, cache):
-    """Evict everything one block at a time, re-checking the shares after each; the victims'
-    tenants and the counts just before each eviction."""
-    evicted, log = [], []
-    while cache.gpu_used:
-        log.append(dict(cache.tenant_blocks))
-        victim = cache.peek_victims(1)[0]
-        assert cache.evict(1) == 1
-        evicted.append(victim.tenant)
-        pol.observe(ev.BlocksEvicted(2.0, [victim], False))
-        cache.check_invariants()
-    return evicted, log
-
-
 def sybil_cache(extra: int, weights=None):
     """quiet's 8 blocks (the oldest), flood's 12, then `extra` tenants of one block each, in a
     pool they fill; the shares checked once."""
