@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentrt.engine.request import DECODE, LOADING, WAITING, Request
-from agentrt.runtime.state import tag_path
 
 if TYPE_CHECKING:
     from agentrt.engine.simulator import Simulator
@@ -79,12 +78,8 @@ class Preemption:
                     r.context = local
             cache.commit_prompt(lease, now, r.context // bs)
             node = lease.node
-        if self.runtime.tags:
-            # tag before the path is unlocked and scored, as a finished call's blocks are (the
-            # runtime has no preemption event: its own tagging step is reused directly)
-            th = self.runtime._calls.get(r.info.rid)
-            if th is not None:
-                tag_path(node, th)
+        # tag before the path is unlocked and scored, as a finished call's blocks are
+        self.runtime.keep_preempted(r.info.rid, node)
         cache.release(lease)
         r.requeue(ohids)
         self.waiting.appendleft(r)

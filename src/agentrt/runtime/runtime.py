@@ -283,6 +283,14 @@ class AgentRuntime:
             if self.tags:
                 tag_path(node, th)
 
+    def keep_preempted(self, rid: int, node) -> None:
+        """The engine preempted call `rid` (freed its memory; it runs again) and keeps the blocks
+        it completed, up to `node`, as cache: they carry its thread, as a finished call's path
+        does, so policies rank them. No event and no state change: the call is still in flight."""
+        th = self._calls.get(rid)
+        if th is not None and node is not None and self.tags:
+            tag_path(node, th)
+
     def state_bytes(self) -> int:
         """Rough size of the runtime's own tables plus the policy's state."""
         n = 0

@@ -9,6 +9,10 @@ What it maps (the simulator, `engine/simulator.py`, is the reference for which e
   `CallFinished` with the deepest one (the runtime tags the path with the call's thread) and the
   kv_hints tool-call flag and announced tool time (`tool_expected_s`), then
   `WorkflowEnded` if the call was its workflow's last;
+- a request vLLM preempted (`SchedulerOutput.preempted_req_ids`, read at the step's end) -> the
+  blocks it had completed and vLLM still caches enter the mirror tagged with its thread, as the
+  simulator keeps a preempted call's blocks (`preemptions.py`); no event: the call is still in
+  flight and runs again;
 - vLLM reusing a mirrored block -> the node leaves the mirror, `BlocksEvicted` (batched per step).
   Evictions are seen through the block pool's reuse watchers (`BlockPool._reuse_watchers`, the
   hook vLLM's `unpin_blocks` uses), which fire as a block is handed out, before its hash is
@@ -27,8 +31,8 @@ What it maps (the simulator, `engine/simulator.py`, is the reference for which e
 Failure: the first exception from the runtime or the policy is logged once, the runtime is
 switched off (its per-request tables are cleared) and vLLM carries on with its own LRU order.
 Nothing here raises into vLLM.
-Evictions are tracked by `evictions.py`, the numbers (`stats()`) by `runtime_stats.py`, failure
-by `failsafe.py`: mixins.
+Evictions are tracked by `evictions.py`, preemptions by `preemptions.py`, the numbers (`stats()`)
+by `runtime_stats.py`, failure by `failsafe.py`: mixins.
 Time (`now`) is seconds of `time.monotonic()` since the connector started.
 """
 
@@ -49,6 +53,7 @@ from agentrt.vllm.hosttier import GROUP0, HostTier, StepPlan
 from agentrt.vllm.identity import Identity, request_identity
 from agentrt.vllm.kvhints import HintCounts
 from agentrt.vllm.mirror import Mirror, hash_int
+from agentrt.vllm.preemptions import Preemptions
 from agentrt.vllm.reorder import QueueOrderer, Stopwatch
 from agentrt.vllm.runtime_stats import RuntimeStats
 from agentrt.vllm.tenants import with_tenant_shares
@@ -68,7 +73,7 @@ def _one_torch_thread() -> None:
             pass
 
 
-class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
+class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
     def __init__(self, cfg: ConnectorConfig, block_size: int, elog: EventLog,
                  separate_workers: bool = False) -> None:
         from agentrt.policies.registry import make_policy
@@ -100,6 +105,8 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
         self._dirty = True
         self._last_epoch: object = None
         self._reqs: dict[str, tuple[ev.CallInfo, Identity]] = {}
+        self._vreqs: dict[str, object] = {}   # request id -> vLLM's request, while in flight
+        self._resuming: set[str] = set()      # preempted, not yet allocated again
         self._waiting: set[str] = set()
         self._rid = 0
         self._t0 = time.monotonic()
@@ -111,7 +118,8 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
         self.counts = {"arrived": 0, "finished": 0, "evicted": 0, "demoted": 0, "host_hit_blocks": 0,
                        "warmup_requests": 0, "warmup_actions": 0, "prefetch_actions": 0,
                        "prefetched_blocks": 0, "workflows_ended": 0, "workflows_ended_call": 0,
-                       "reset_evicted": 0, "prefetch_ignored": 0}
+                       "reset_evicted": 0, "prefetch_ignored": 0, "preempted": 0,
+                       "preempted_blocks": 0, "resumed": 0, "resumed_hit_tokens": 0}
         self.hint_counts = HintCounts()
         self._warned_hints = False
 
@@ -167,6 +175,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
         if idt.tool_expected_s is not None:
             info.extra["tool_expected_s"] = idt.tool_expected_s
         self._reqs[request.request_id] = (info, idt)
+        self._vreqs[request.request_id] = request
         self._waiting.add(request.request_id)
         self.tenants.track(request, idt.tenant)
         self.counts["warmup_requests" if idt.warmup else "arrived"] += 1
@@ -189,7 +198,11 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
         """The scheduler looks up a waiting request's prefix; its allocation follows. Returns the
         tokens the host tier can add to the local hit (whole blocks, never the last token)."""
         entry = self._reqs.get(request.request_id)
-        if entry is not None and entry[0].extra.get("admitted") is None:
+        if entry is not None and entry[0].extra.get("admitted") is not None:
+            # looked up again (not allocated last time, or resumed after a preemption): the
+            # latest hit is what its allocation reuses (the tenant ledger's running count)
+            entry[0].extra["admitted"] = local_tokens
+        elif entry is not None:
             info = entry[0]
             info.extra["admitted"] = local_tokens
             n = local_tokens // self.block_size
@@ -219,6 +232,8 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
 
     def allocated(self, request, blocks=None, num_external_tokens: int = 0) -> None:
         self._waiting.discard(request.request_id)
+        if request.request_id in self._resuming:
+            self._resumed(request.request_id)
         plan = self._plans.pop(request.request_id, None)
         if plan is None or num_external_tokens <= 0 or self.host is None:
             return
@@ -234,6 +249,8 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
     def finished(self, request, block_ids: list[int]) -> None:
         self._waiting.discard(request.request_id)
         entry = self._reqs.pop(request.request_id, None)
+        self._vreqs.pop(request.request_id, None)
+        self._resuming.discard(request.request_id)
         self._plans.pop(request.request_id, None)
         self.tenants.untrack(request.request_id)
         self._flush_evictions(demote=False)
@@ -272,6 +289,8 @@ class HostedRuntime(FailSafe, MirrorEvictions, RuntimeStats):
         if self.pool is None:
             return
         self._flush_evictions()
+        for rid in getattr(scheduler_output, "preempted_req_ids", None) or ():
+            self.preempted(rid)
         self.maybe_sweep(self.now())
         self.tenants.refresh(self._waiting, self._hit_blocks)
         if self.policy.acts:

@@ -90,6 +90,10 @@ METRICS: tuple[MetricDef, ...] = (
               ("hit", "prefetched", "saved", "loaded", "dropped", "skipped"),
               (_k("host_hit_blocks"), _k("prefetched_blocks"), _k("host_saved"), _k("host_loaded"),
                _k("host_dropped"), _k("host_skipped"))),
+    MetricDef("preemptions", "counter", "Requests vLLM preempted that the connector saw (their "
+              "completed blocks then enter its mirror, ranked by the policy)", sources=(_k("preempted"),)),
+    MetricDef("preempted_blocks", "counter", "Cached blocks of preempted requests the connector "
+              "mirrored, tagged with their request's thread", sources=(_k("preempted_blocks"),)),
     MetricDef("mirrored_blocks", "gauge", "GPU-cached blocks the connector mirrors",
               sources=(_k("mirrored"),)),
     MetricDef("host_blocks", "gauge", "Blocks held in the host tier", sources=(_k("host_resident"),)),

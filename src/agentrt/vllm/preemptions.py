@@ -1,0 +1,62 @@
+"""Requests vLLM preempts, seen by the hosted runtime (`hosted.py`): their blocks stay ranked.
+
+Model (vLLM 0.32): when a step needs blocks and too few are free, vLLM preempts a running request
+(under FCFS the latest admitted, under priority scheduling the lowest priority). It frees the
+request's blocks, which stay cached until reused, and queues the request to run again with prefix
+hits on whatever of them survived. No connector hook fires; the step's `SchedulerOutput` names
+the request in `preempted_req_ids`, read at the step's end (`HostedRuntime.step`). Its completed
+blocks that vLLM still caches, found by its block hashes (the first cached copy of each), enter
+the mirror as a finished request's do and carry its thread (`AgentRuntime.keep_preempted`), as
+the simulator keeps a preempted call's blocks (`engine/preemption.py`): the policy ranks them
+like any cached block, and a thread with a call in flight is one agent-aware policies keep.
+Unmirrored hashed blocks go to the head of vLLM's free queue at each re-ordering (`reorder.py`),
+before every ranked block, so without this a preempted request's blocks went first.
+A resumed request's latest prefix lookup is its hit (what the tenant ledger counts); when it is
+allocated again that hit is logged (`resumed`) and counted, since vLLM's own Prometheus
+prefix-cache counters leave preempted requests out. No event either way: the call is still in
+flight. A mixin of `HostedRuntime`: it reads its `pool`, `mirror`, `runtime`, `_reqs`,
+`_vreqs`, `_resuming`, `_waiting`, `counts`, `elog`.
+"""
+
+from __future__ import annotations
+
+GROUP0_ID = 0   # the KV cache group the mirror follows (one group: no hybrid models)
+
+
+class Preemptions:
+    def preempted(self, request_id: str) -> None:
+        """vLLM preempted the request: mirror the blocks it completed that vLLM still caches,
+        first block first, tagged with its thread."""
+        entry = self._reqs.get(request_id)
+        request = self._vreqs.get(request_id)
+        pool = self.pool
+        if entry is None or request is None or pool is None:
+            return
+        info, idt = entry
+        self._resuming.add(request_id)
+        self._waiting.add(request_id)          # it holds no blocks until allocated again
+        blocks = []
+        for h in request.block_hashes:
+            cached = pool.get_cached_block(h, [GROUP0_ID])
+            if not cached:
+                break
+            blocks.append(cached[0])
+        fresh: list[int] = []
+        if blocks:
+            node, fresh = self.mirror.add_path(blocks, idt.tenant)
+            self.watch(fresh)
+            self.runtime.keep_preempted(info.rid, node)
+            self._dirty = True
+        self.counts["preempted"] += 1
+        self.counts["preempted_blocks"] += len(blocks)
+        self.elog.write("preempted", request=request_id, workflow=info.workflow, agent=info.agent,
+                        blocks=len(blocks), fresh=len(fresh), mirrored=len(self.mirror))
+
+    def _resumed(self, request_id: str) -> None:
+        """A preempted request was allocated again: its latest lookup's hit is what survived."""
+        self._resuming.discard(request_id)
+        entry = self._reqs.get(request_id)
+        hit = (entry[0].extra.get("admitted") or 0) if entry is not None else 0
+        self.counts["resumed"] += 1
+        self.counts["resumed_hit_tokens"] += hit
+        self.elog.write("resumed", request=request_id, local_hit_tokens=hit)
