@@ -12,6 +12,12 @@ For each policy and workload, one simulator replay with the runtime instrumented
   its thread directly and costs nothing extra). The cache's own blocks are not counted.
 
     python benchmarks/policy_overhead.py [--workloads team,mix] [--policies lru,cachesage,...]
+    python benchmarks/policy_overhead.py --shares-tenants 100,1000,10000
+
+`--shares-tenants` times instead one re-check of tenant KV shares (`TenantShares.recheck`, what the
+simulator runs per event and vLLM's connector per scheduler step) with that many tenants holding
+blocks (1-20 each, a third with running requests' blocks too, the pool 12 blocks a tenant), one
+tenant's count changing between re-checks; equal weights and one tenant weighted 2.
 
 CacheSage's paper reports about 1 us per block touch, single-digit us per score, < 25 KB state.
 """
@@ -133,6 +139,32 @@ def measure(workload: str, policy: str, args) -> dict:
             "hit_rate": m.gpu_hit_tokens / max(1, m.prompt_tokens)}
 
 
+def shares_recheck(counts: list[int]) -> None:
+    import random
+    from types import SimpleNamespace
+
+    from agentrt.policies.registry import make_policy
+    from agentrt.sched.kvshare import TenantShares
+    print(f"{'tenants':>8s} {'weights':>8s} {'recheck ms':>11s} {'over share':>11s} {'over level':>11s}")
+    for n in counts:
+        rng = random.Random(0)
+        cache = SimpleNamespace(tenant_blocks={f"t{i}": rng.randint(1, 20) for i in range(n)},
+                                tenant_reserved={f"t{i}": rng.randint(0, 3) for i in range(0, n, 3)},
+                                gpu_capacity=12 * n)
+        for weights in (None, {"t1": 2.0}):
+            shares = TenantShares(make_policy("lru"), weights)
+            shares.attach(cache)
+            shares.recheck()
+            reps = max(20, 50_000 // n)
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                cache.tenant_blocks["t0"] += 1
+                shares.recheck()
+            ms = (time.perf_counter() - t0) / reps * 1e3
+            print(f"{n:8d} {'one x2' if weights else 'equal':>8s} {ms:11.3f} {len(shares.over):11d} "
+                  f"{len(shares.beyond):11d}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="mix,gaia")
@@ -141,7 +173,12 @@ def main() -> None:
     ap.add_argument("--gpu-blocks", type=int, default=6000)
     ap.add_argument("--host-blocks", type=int, default=12000)
     ap.add_argument("--no-train", dest="train", action="store_false")
+    ap.add_argument("--shares-tenants", default=None, metavar="N,N,...",
+                    help="time tenant KV shares' re-check at these tenant counts instead")
     args = ap.parse_args()
+    if args.shares_tenants:
+        shares_recheck([int(x) for x in args.shares_tenants.split(",")])
+        return
     print(f"{'workload':14s} {'policy':16s} {'observe us/touch':>17s} {'score us':>9s} "
           f"{'policy KB':>10s} {'runtime KB':>11s} {'tags KB':>8s} {'replay s':>9s} {'hit rate':>9s}")
     for w in args.workloads.split(","):

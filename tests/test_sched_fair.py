@@ -669,6 +669,55 @@ def test_shares_tiers_hold_their_invariants(small, big, w_big):
         assert pol.beyond == set()
 
 
+def _tiers_by_definition(blocks, reserved, inflight, pool, weights, hyst, was, was_beyond):
+    """Tier membership written out from the module's definition, one tenant at a time (the
+    re-check's first formulation): the reference the faster re-check must agree with."""
+    active = {t for t, n in blocks.items() if n > 0} | set(inflight)
+    if len(active) < 2:
+        return set(), set()
+    w = {t: weights.get(t, 1.0) for t in active}
+    held = {t: blocks.get(t, 0) + reserved.get(t, 0) for t in active}
+
+    def above(t, bound, prev):
+        return held[t] > bound or (t in prev and held[t] > bound * (1.0 - hyst))
+    over = {t for t in active if above(t, pool * w[t] / sum(w.values()), was)}
+    beyond = set()
+    if len(over) >= 2:
+        rest = pool - sum(n for t, n in held.items() if t not in over)
+        beyond = {t for t in over if above(t, rest * w[t] / sum(w[x] for x in over), was_beyond)}
+    return over, beyond
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 30), max_size=6),
+                          st.dictionaries(st.sampled_from("abcdefg"), st.integers(0, 8), max_size=4),
+                          st.sets(st.sampled_from("abcdefgh"), max_size=3)),
+                min_size=1, max_size=8),
+       st.sampled_from([{}, {"a": 2.0}, {"b": 0.5, "c": 3.0}]), st.sampled_from([0.0, 0.05, 0.3]))
+def test_recheck_agrees_with_the_definition_across_hysteresis(states, weights, hyst):
+    pool = 60
+    cache = type("C", (), {})()
+    pol = TenantShares(Policy(), weights, hysteresis=hyst)
+    pol.attach(cache)
+    for blocks, reserved, inflight in states:
+        cache.tenant_blocks, cache.tenant_reserved, cache.gpu_capacity = blocks, reserved, pool
+        pol.inflight = dict.fromkeys(inflight, 1)
+        want = _tiers_by_definition(blocks, reserved, inflight, pool, weights, hyst, pol.over, pol.beyond)
+        pol.recheck()
+        assert (pol.over, pol.beyond) == want
+
+
+def test_shares_recheck_once_per_step_when_the_owner_says_so():
+    """vLLM's connector re-checks once per scheduler step (`TenantLedger.refresh`), not per event."""
+    held = {"a": 10, "b": 1}
+    pol = TenantShares(Policy(), recheck_on_events=False)
+    pol.attach(type("C", (), {"tenant_blocks": held, "tenant_reserved": {}, "gpu_capacity": 12})())
+    pol.observe(ev.BlocksEvicted(1.0, [], False))
+    assert pol.over == set()                       # events alone change nothing
+    pol.recheck()
+    assert pol.over == {"a"}
+
+
 # ------------------------------------------------------------------ shares count running requests' blocks
 def test_a_tenants_running_reservations_count_against_its_share():
     pol = TenantShares(Policy())

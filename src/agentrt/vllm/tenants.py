@@ -9,9 +9,11 @@ plus the blocks its running requests hold outside the cache. In vLLM that is
   (already counted as cached). A request still waiting holds nothing. Blocks a running request
   computed are cached by vLLM as they fill but enter the mirror only when it finishes, so until
   then they count as running: nothing is counted twice.
-The running counts are recomputed once per scheduler step (`recount`, O(requests in flight));
-`TenantShares` re-checks membership on every runtime event and after each recount, and bumps its
-epoch only when a tenant crosses its share, so the free queue is re-ranked rarely.
+The running counts are recomputed once per scheduler step (`recount`, O(requests in flight)) and
+`TenantShares` re-checks membership after each recount (O(tenants holding blocks); not on every
+runtime event, as the simulator does: a step's events would each pay it), and bumps its epoch only
+when a tenant crosses its share, so the free queue is re-ranked rarely. Between steps (the next
+step's lookups) the free queue is ranked by the membership of the last step's end.
 A request counts only while vLLM's status says it runs: a preempted one (vLLM freed its blocks
 and put it back in the waiting queue) holds nothing until it runs again.
 `gpu_capacity` is the pool's size. With shares off the ledger tracks nothing (`shares` None), so
@@ -89,6 +91,7 @@ def with_tenant_shares(policy: Policy, weights: dict[str, float] | None, mirror,
     ledger = TenantLedger(mirror.tenant_blocks, block_size)
     if weights is None:
         return policy, ledger
-    shares = ledger.shares = TenantShares(policy, weights)
+    # membership is re-checked once per scheduler step (`refresh`), not on every runtime event
+    shares = ledger.shares = TenantShares(policy, weights, recheck_on_events=False)
     shares.attach(ledger)
     return shares, ledger
