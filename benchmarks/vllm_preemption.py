@@ -153,10 +153,12 @@ def table(doc: dict) -> str:
             f"{doc['stream'][2]} + {doc['stream'][3]} tokens, {doc['stream'][1]} at a time, priority "
             "scheduling), from docs/results/engine/vllm_preemption.json. `lru` is vLLM's own "
             "order (the connector only observes). Hit tokens: what preempted requests found "
-            "cached when allocated again.\n\n"
+            "cached when allocated again; the most they could find is what vLLM still cached of "
+            "them at the step's end (32 tokens a block): `hit / still cached` is the share kept "
+            "of that best case.\n\n"
             "| run | scenario | policy | preemptions | resumed | hit tokens on resuming | per resume | "
-            "blocks still cached at preemptions | per preemption |\n"
-            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+            "blocks still cached at preemptions | per preemption | hit / still cached |\n"
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
     rows = []
     for label, scenarios in doc["runs"].items():
         for scenario, servers in scenarios.items():
@@ -164,8 +166,9 @@ def table(doc: dict) -> str:
                 kept, n, pre = r["blocks_mirrored_at_preemption"], r["resumed"], r["preemptions"]
                 per = f"{r['hit_tokens'] / n:.0f}" if n else "-"
                 per_pre = f"{kept / pre:.1f}" if pre else "-"
+                share = f"{r['hit_tokens'] / (kept * 32):.2f}" if kept else "-"
                 rows.append(f"| {label} | {scenario} | {name} | {pre:.0f} | {n} | {r['hit_tokens']:.0f} | "
-                            f"{per} | {kept} | {per_pre} |")
+                            f"{per} | {kept} | {per_pre} | {share} |")
     return head + "\n".join(rows) + "\n"
 
 
