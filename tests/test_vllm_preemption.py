@@ -12,6 +12,7 @@ requests' outputs (slow).
 from __future__ import annotations
 
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
@@ -87,8 +88,10 @@ def test_a_preempted_request_keeps_its_blocks_over_ended_workflows(policy):
 
 @requires_vllm
 @pytest.mark.slow
-def test_preempted_blocks_carry_the_thread_and_count_once():
-    ph = PoolHarness("pbkv-lae", 64)
+@pytest.mark.parametrize("shares", [False, True])
+def test_preempted_blocks_carry_the_thread_and_count_once(shares):
+    extra = {"tenant_shares": True} if shares else {}
+    ph = PoolHarness("pbkv-lae", 64, **extra)
     x = _prompt(1, 8)
     req, blocks = _run(ph, "x", x, {"agentrt_workflow": "w", "agentrt_agent": "planner"})
     ph.pool.free_blocks(reversed(blocks))
@@ -98,15 +101,49 @@ def test_preempted_blocks_carry_the_thread_and_count_once():
     th = ph.h.runtime.workflows["w"].threads["planner"]
     assert all(th in threads_of(n.meta) for n in nodes)
     assert ph.h.mirror.tenant_blocks == {"default": 8}
+    assert ph.h.tenants.tenant_reserved == {}                 # preempted: holds nothing running
     # resumed: the lookup hits all 8 blocks, allocation reuses them, and it finishes
     ph.h.lookup(req, 8 * BS)
     ph.pool.touch(blocks)
+    ids = [b.block_id for b in blocks]
+    ph.h.allocated(req, SimpleNamespace(get_block_ids=lambda: (ids,)), 0)
     req.status = SimpleNamespace(name="RUNNING")
     ph.h.step(None)
-    ph.h.finished(req, [b.block_id for b in blocks])
+    if shares:   # its running blocks are its 9 less the 8 it found again, not less its first hit (0)
+        assert ph.h.tenants.tenant_reserved == {"default": 1}
+    st = ph.h.stats()
+    assert (st["preempted"], st["preempted_blocks"], st["resumed"], st["resumed_hit_tokens"]) == (1, 8, 1, 8 * BS)
+    ph.h.finished(req, ids)
     ph.pool.free_blocks(reversed(blocks))
     assert ph.h.mirror.tenant_blocks == {"default": 8} and len(ph.h.mirror) == 8
     assert ph.h.stats()["finished"] == 1 and not ph.h.failed
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_a_request_preempted_between_steps_and_running_again_is_not_waiting():
+    """vLLM's prefix-cache reset preempts between steps; the next step may allocate the request
+    again before its output names the preemption: it runs, so it holds blocks."""
+    ph = PoolHarness("pbkv-lae", 64, tenant_shares=True)
+    req, blocks = _run(ph, "x", _prompt(1, 8), {"agentrt_workflow": "w", "agentrt_agent": "planner"})
+    ph.h.step(SimpleNamespace(preempted_req_ids={"x"}))       # status still RUNNING
+    assert "x" not in ph.h._waiting and "x" not in ph.h._resuming
+    assert ph.h.tenants.tenant_reserved == {"default": 9}      # 8 blocks and the next token's
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_a_preempted_request_aborted_before_it_runs_finishes_on_the_path_it_kept():
+    ph = PoolHarness("pbkv-lae", 64)
+    req, blocks = _run(ph, "x", _prompt(1, 8), {"agentrt_workflow": "w", "agentrt_agent": "planner"})
+    ph.pool.free_blocks(reversed(blocks))
+    req.status = SimpleNamespace(name="PREEMPTED")
+    ph.h.step(SimpleNamespace(preempted_req_ids={"x"}))
+    kept = ph.h.mirror.by_block[blocks[-1].block_id]
+    req.status = SimpleNamespace(name="FINISHED_ABORTED")
+    ph.h.finished(req, [])                                      # aborted while waiting: no blocks
+    th = ph.h.runtime.workflows["w"].threads["planner"]
+    assert th.last_node is kept and not ph.h._preempted_at
 
 
 def _metric(srv, name: str) -> float:
@@ -124,13 +161,15 @@ def test_live_vllm_preemptions_are_mirrored(vllm_servers, vllm_log_dir):
     preemption and mirrors the preempted requests' blocks vLLM still caches."""
     import httpx
     srv, log = connector_server(vllm_servers, vllm_log_dir, "pbkv-lae")
+    run = f"preemption-live-{uuid.uuid4().hex[:8]}-"          # this run's workflows only
     before = _metric(srv, "vllm:num_preemptions_total")
     counted = _metric(srv, "agentrt_connector_preemptions_total")
+    kept_before = _metric(srv, "agentrt_connector_preempted_blocks_total")
 
     def one(i: int) -> dict:
         body = {"model": srv.served_name, "prompt": _tokens(900 + i, 600), "max_tokens": 400,
                 "temperature": 0, "ignore_eos": True,
-                "vllm_xargs": {"agentrt_workflow": f"preemption-live-{i}", "agentrt_agent": "worker"}}
+                "vllm_xargs": {"agentrt_workflow": f"{run}{i}", "agentrt_agent": "worker"}}
         r = httpx.post(srv.base_url + "/v1/completions", json=body, timeout=600)
         r.raise_for_status()
         return r.json()
@@ -140,7 +179,7 @@ def test_live_vllm_preemptions_are_mirrored(vllm_servers, vllm_log_dir):
     assert all(o["usage"]["completion_tokens"] == 400 for o in out)
     preempted = _metric(srv, "vllm:num_preemptions_total") - before
     assert preempted >= 1, "the pool was expected to be too small for six growing requests"
-    seen = [e for e in read_events(str(log), "preempted") if str(e.get("workflow", "")).startswith("preemption-live-")]
+    seen = [e for e in read_events(str(log), "preempted") if str(e.get("workflow", "")).startswith(run)]
     # the blocks vLLM still cached at the step's end (the growing requests may take them all first)
     assert len(seen) >= 1 and sum(e["blocks"] for e in seen) > 0
     assert not read_events(str(log), "error")
@@ -148,4 +187,4 @@ def test_live_vllm_preemptions_are_mirrored(vllm_servers, vllm_log_dir):
     while _metric(srv, "agentrt_connector_preemptions_total") - counted < len(seen) and time.time() < deadline:
         time.sleep(0.5)
     assert _metric(srv, "agentrt_connector_preemptions_total") - counted >= len(seen)
-    assert _metric(srv, "agentrt_connector_preempted_blocks_total") > 0
+    assert _metric(srv, "agentrt_connector_preempted_blocks_total") - kept_before >= sum(e["blocks"] for e in seen)

@@ -40,6 +40,7 @@ class FailSafe:
         self._reqs.clear()
         self._vreqs.clear()
         self._resuming.clear()
+        self._preempted_at.clear()
         self._waiting.clear()
         self._plans.clear()
         self._reused.clear()

@@ -42,6 +42,7 @@ import importlib
 import logging
 import time
 
+from agentrt.cache.block import GPU
 from agentrt.runtime import events as ev
 from agentrt.runtime.runtime import AgentRuntime
 from agentrt.vllm import act
@@ -107,6 +108,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         self._reqs: dict[str, tuple[ev.CallInfo, Identity]] = {}
         self._vreqs: dict[str, object] = {}   # request id -> vLLM's request, while in flight
         self._resuming: set[str] = set()      # preempted, not yet allocated again
+        self._preempted_at: dict = {}         # request id -> deepest node it kept when preempted
         self._waiting: set[str] = set()
         self._rid = 0
         self._t0 = time.monotonic()
@@ -251,6 +253,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         entry = self._reqs.pop(request.request_id, None)
         self._vreqs.pop(request.request_id, None)
         self._resuming.discard(request.request_id)
+        kept = self._preempted_at.pop(request.request_id, None)
         self._plans.pop(request.request_id, None)
         self.tenants.untrack(request.request_id)
         self._flush_evictions(demote=False)
@@ -259,6 +262,8 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
             return
         info, idt = entry
         node, fresh = self.mirror.add_path([pool.blocks[b] for b in block_ids], idt.tenant)
+        if node is None and kept is not None and kept.tier == GPU:
+            node = kept                      # aborted after a preemption: the path it kept
         self.watch(fresh)
         self._dirty = True
         self.counts["finished"] += 1

@@ -11,11 +11,15 @@ the simulator keeps a preempted call's blocks (`engine/preemption.py`): the poli
 like any cached block, and a thread with a call in flight is one agent-aware policies keep.
 Unmirrored hashed blocks go to the head of vLLM's free queue at each re-ordering (`reorder.py`),
 before every ranked block, so without this a preempted request's blocks went first.
+A request vLLM preempted between steps (a prefix-cache reset) may be allocated again before the
+step's output names it: it then runs and is not marked waiting. One aborted while waiting to run
+again finishes with the path it had kept (no blocks of its own then), so its thread's latest
+path is that one.
 A resumed request's latest prefix lookup is its hit (what the tenant ledger counts); when it is
 allocated again that hit is logged (`resumed`) and counted, since vLLM's own Prometheus
 prefix-cache counters leave preempted requests out. No event either way: the call is still in
 flight. A mixin of `HostedRuntime`: it reads its `pool`, `mirror`, `runtime`, `_reqs`,
-`_vreqs`, `_resuming`, `_waiting`, `counts`, `elog`.
+`_vreqs`, `_resuming`, `_preempted_at`, `_waiting`, `counts`, `elog`.
 """
 
 from __future__ import annotations
@@ -33,8 +37,11 @@ class Preemptions:
         if entry is None or request is None or pool is None:
             return
         info, idt = entry
-        self._resuming.add(request_id)
-        self._waiting.add(request_id)          # it holds no blocks until allocated again
+        if getattr(getattr(request, "status", None), "name", None) != "RUNNING":
+            self._resuming.add(request_id)
+            self._waiting.add(request_id)      # it holds no blocks until allocated again
+        # else: preempted between steps (a prefix-cache reset) and allocated again by this step
+        # before its output named it: it runs, and holds blocks
         blocks = []
         for h in request.block_hashes:
             cached = pool.get_cached_block(h, [GROUP0_ID])
@@ -46,6 +53,7 @@ class Preemptions:
             node, fresh = self.mirror.add_path(blocks, idt.tenant)
             self.watch(fresh)
             self.runtime.keep_preempted(info.rid, node)
+            self._preempted_at[request_id] = node   # its path, should it be aborted before it runs
             self._dirty = True
         self.counts["preempted"] += 1
         self.counts["preempted_blocks"] += len(blocks)

@@ -8,7 +8,11 @@ plus the blocks its running requests hold outside the cache. In vLLM that is
   output so far, what vLLM has allocated or is about to) minus the blocks of its local prefix hit
   (already counted as cached). A request still waiting holds nothing. Blocks a running request
   computed are cached by vLLM as they fill but enter the mirror only when it finishes, so until
-  then they count as running: nothing is counted twice.
+  then they count as running. Not exact: when another request that hit those blocks finishes
+  (or is preempted) first, its path maps them into the mirror while the request that computed
+  them still counts them as running: counted twice until it finishes (a transient over-count
+  of that tenant; subtracting each request's mirrored prefix per step would fix it, at a
+  prefix walk per running request).
 The running counts are recomputed once per scheduler step (`recount`, O(requests in flight)) and
 `TenantShares` re-checks membership after each recount (O(tenants holding blocks); not on every
 runtime event, as the simulator does: a step's events would each pay it), and bumps its epoch only
