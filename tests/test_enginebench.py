@@ -78,6 +78,8 @@ def test_summary_reports_tenants_only_when_there_are_several():
     assert t["b"]["calls"] == 2 and t["b"]["hit_rate"] == 0.25 and t["b"]["ttft_mean_s"] == 3.0
     one = ReplayResult(calls=[CallResult("w", 0, 10, 0, 1, 0.1, 0.2)])
     assert "tenants" not in summarize(one, {}, zero, None)
+    # vLLM's preemptions over the run, under the simulator's key
+    assert summarize(one, {prom.PREEMPTIONS: 2.0}, {**zero, prom.PREEMPTIONS: 5.0}, None)["preemptions"] == 3
 
 
 def _tiny_trace(path) -> None:

@@ -50,6 +50,7 @@ def summarize(res: ReplayResult, before: dict, after: dict, conn: dict | None) -
         "client_hit_rate": cached / prompt if prompt else 0.0,
         "latency_mean_s": _mean([c.latency_s for c in ok]),
         "makespan_s": span,
+        "preemptions": int(d.get(prom.PREEMPTIONS, 0)),   # as the simulator's summary names it
         "engine_counters": d,
         "connector": conn,
         **_tenants(ok),
