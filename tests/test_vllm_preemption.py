@@ -128,7 +128,9 @@ def test_a_request_preempted_between_steps_and_running_again_is_not_waiting():
     req, blocks = _run(ph, "x", _prompt(1, 8), {"agentrt_workflow": "w", "agentrt_agent": "planner"})
     ph.h.step(SimpleNamespace(preempted_req_ids={"x"}))       # status still RUNNING
     assert "x" not in ph.h._waiting and "x" not in ph.h._resuming
-    assert ph.h.tenants.tenant_reserved == {"default": 9}      # 8 blocks and the next token's
+    # it holds 9 blocks (8 and the next token's): the 8 now mirrored count as cached, once
+    assert ph.h.mirror.tenant_blocks == {"default": 8}
+    assert ph.h.tenants.tenant_reserved == {"default": 1}
 
 
 @requires_vllm
