@@ -109,35 +109,30 @@ class TenantShares(Policy):
         over: set[str] = set()
         beyond: set[str] = set()
         if len(held) >= 2:
-            pool = cache.gpu_capacity
-            keep = 1.0 - self.hysteresis
-            was, was_beyond = self.over, self.beyond
-            weights = self.weights
-            # bounds are computed as `amount * weight / total weight`, as the definition reads
-            if weights:
-                w = {t: weights.get(t, 1.0) for t in held}
-                total = sum(w.values())
-                over = {t for t, n in held.items()
-                        if n > pool * w[t] / total or (t in was and n > pool * w[t] / total * keep)}
-            else:
-                w = None
-                g = pool * 1.0 / len(held)
-                lo = g * keep
-                over = {t for t, n in held.items() if n > g or (n > lo and t in was)}
+            # unnamed tenants weigh 1: without weights every bound is one `amount / count`
+            w = {t: self.weights.get(t, 1.0) for t in held} if self.weights else None
+            over = self._above(held, held, cache.gpu_capacity, w, self.over)
             if len(over) >= 2:
-                rest = pool - sum(n for t, n in held.items() if t not in over)
-                if w is not None:
-                    total = sum(w[t] for t in over)
-                    beyond = {t for t in over if held[t] > rest * w[t] / total
-                              or (t in was_beyond and held[t] > rest * w[t] / total * keep)}
-                else:
-                    g = rest * 1.0 / len(over)
-                    lo = g * keep
-                    beyond = {t for t in over if held[t] > g or (held[t] > lo and t in was_beyond)}
+                rest = cache.gpu_capacity - sum(n for t, n in held.items() if t not in over)
+                beyond = self._above(held, over, rest, w, self.beyond)
         if over != self.over or beyond != self.beyond:
             self.over = over
             self.beyond = beyond
             self._bumps += 1
+
+    def _above(self, held: dict[str, int], names, amount: float, w: dict[str, float] | None,
+               was: set[str]) -> set[str]:
+        """Of `names`, the tenants holding more than their weighted part of `amount` (computed as
+        `amount * weight / total weight`, as the definition reads), or, already in `was`, more
+        than `1 - hysteresis` of it."""
+        keep = 1.0 - self.hysteresis
+        if w is None:
+            g = amount * 1.0 / len(names)
+            lo = g * keep
+            return {t for t in names if held[t] > g or (held[t] > lo and t in was)}
+        total = sum(w[t] for t in names)
+        return {t for t in names if held[t] > amount * w[t] / total
+                or (t in was and held[t] > amount * w[t] / total * keep)}
 
     def score(self, block):
         t = block.tenant
