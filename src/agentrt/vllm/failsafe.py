@@ -38,7 +38,6 @@ class FailSafe:
         self.elog.write("error", where=where, error=repr(exc), disabled=True)
         # nothing reads these once off: let go of the requests they hold
         self._reqs.clear()
-        self._vreqs.clear()
         self._resuming.clear()
         self._preempted_at.clear()
         self._waiting.clear()

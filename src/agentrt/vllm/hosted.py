@@ -105,8 +105,8 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         self._reused: list[int] = []
         self._dirty = True
         self._last_epoch: object = None
-        self._reqs: dict[str, tuple[ev.CallInfo, Identity]] = {}
-        self._vreqs: dict[str, object] = {}   # request id -> vLLM's request, while in flight
+        # request id -> (its call, its identity, vLLM's request), while in flight
+        self._reqs: dict[str, tuple[ev.CallInfo, Identity, object]] = {}
         self._resuming: set[str] = set()      # preempted, not yet allocated again
         self._preempted_at: dict = {}         # request id -> deepest node it kept when preempted
         self._waiting: set[str] = set()
@@ -176,8 +176,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
             info.extra["thread"] = idt.thread
         if idt.tool_expected_s is not None:
             info.extra["tool_expected_s"] = idt.tool_expected_s
-        self._reqs[request.request_id] = (info, idt)
-        self._vreqs[request.request_id] = request
+        self._reqs[request.request_id] = (info, idt, request)
         self._waiting.add(request.request_id)
         self.tenants.track(request, idt.tenant)
         self.counts["warmup_requests" if idt.warmup else "arrived"] += 1
@@ -200,18 +199,18 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         """The scheduler looks up a waiting request's prefix; its allocation follows. Returns the
         tokens the host tier can add to the local hit (whole blocks, never the last token)."""
         entry = self._reqs.get(request.request_id)
-        if entry is not None and entry[0].extra.get("admitted") is not None:
-            # looked up again (not allocated last time, or resumed after a preemption): the
-            # latest hit is what its allocation reuses (the tenant ledger's running count)
-            entry[0].extra["admitted"] = local_tokens
-        elif entry is not None:
+        if entry is not None:
             info = entry[0]
+            first = info.extra.get("admitted") is None
+            # on a later lookup (not allocated last time, or resumed after a preemption) the
+            # latest hit is what its allocation reuses (the tenant ledger's running count)
             info.extra["admitted"] = local_tokens
-            n = local_tokens // self.block_size
-            node = self.mirror.lookup(info.hash_ids[:n]) or self.mirror.root
-            self._observe(ev.CallAdmitted(self.now(), info, node, n, 0))
-            self.elog.write("lookup", request=request.request_id, workflow=info.workflow,
-                            local_hit_tokens=local_tokens, prompt_tokens=info.input_length)
+            if first:
+                n = local_tokens // self.block_size
+                node = self.mirror.lookup(info.hash_ids[:n]) or self.mirror.root
+                self._observe(ev.CallAdmitted(self.now(), info, node, n, 0))
+                self.elog.write("lookup", request=request.request_id, workflow=info.workflow,
+                                local_hit_tokens=local_tokens, prompt_tokens=info.input_length)
         self.before_alloc()
         if self.host is None or not len(self.host):
             return 0
@@ -251,7 +250,6 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
     def finished(self, request, block_ids: list[int]) -> None:
         self._waiting.discard(request.request_id)
         entry = self._reqs.pop(request.request_id, None)
-        self._vreqs.pop(request.request_id, None)
         self._resuming.discard(request.request_id)
         kept = self._preempted_at.pop(request.request_id, None)
         self._plans.pop(request.request_id, None)
@@ -260,7 +258,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         pool = self.pool
         if entry is None or pool is None:
             return
-        info, idt = entry
+        info, idt, _ = entry
         node, fresh = self.mirror.add_path([pool.blocks[b] for b in block_ids], idt.tenant)
         if node is None and kept is not None and kept.tier == GPU:
             node = kept                      # aborted after a preemption: the path it kept

@@ -19,7 +19,7 @@ A resumed request's latest prefix lookup is its hit (what the tenant ledger coun
 allocated again that hit is logged (`resumed`) and counted, since vLLM's own Prometheus
 prefix-cache counters leave preempted requests out. No event either way: the call is still in
 flight. A mixin of `HostedRuntime`: it reads its `pool`, `mirror`, `runtime`, `_reqs`,
-`_vreqs`, `_resuming`, `_preempted_at`, `_waiting`, `counts`, `elog`.
+`_resuming`, `_preempted_at`, `_waiting`, `counts`, `elog`.
 """
 
 from __future__ import annotations
@@ -32,11 +32,10 @@ class Preemptions:
         """vLLM preempted the request: mirror the blocks it completed that vLLM still caches,
         first block first, tagged with its thread."""
         entry = self._reqs.get(request_id)
-        request = self._vreqs.get(request_id)
         pool = self.pool
-        if entry is None or request is None or pool is None:
+        if entry is None or pool is None:
             return
-        info, idt = entry
+        info, idt, request = entry
         if getattr(getattr(request, "status", None), "name", None) != "RUNNING":
             self._resuming.add(request_id)
             self._waiting.add(request_id)      # it holds no blocks until allocated again
