@@ -58,18 +58,25 @@ START, END = "<!-- vllm-preemption:start -->", "<!-- vllm-preemption:end -->"
 
 
 def metric(base_url: str, name: str) -> float:
+    """One of vLLM's Prometheus counters, summed over its labels."""
     import httpx
-    text = httpx.get(base_url + "/metrics", timeout=30).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name) and not line.startswith("#"))
+
+    from agentrt.enginebench import prom
+    return prom.parse(httpx.get(base_url + "/metrics", timeout=30).text, (name,))[name]
+
+
+def _body(srv, prompt: list[int], max_tokens: int, xargs: dict, priority: int | None, **more) -> dict:
+    """A completion that generates exactly `max_tokens` (`ignore_eos`)."""
+    body = {"model": srv.served_name, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "vllm_xargs": xargs, **more}
+    if priority is not None:
+        body["priority"] = priority
+    return body
 
 
 def _post(srv, prompt: list[int], max_tokens: int, xargs: dict, priority: int | None = None) -> None:
     import httpx
-    body = {"model": srv.served_name, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "vllm_xargs": xargs}
-    if priority is not None:
-        body["priority"] = priority
+    body = _body(srv, prompt, max_tokens, xargs, priority)
     r = httpx.post(srv.base_url + "/v1/completions", json=body, timeout=900)
     r.raise_for_status()
     if r.json()["usage"]["completion_tokens"] != max_tokens:
@@ -92,8 +99,7 @@ def _post_streamed(srv, prompt: list[int], max_tokens: int, xargs: dict, priorit
                    first_token: threading.Event) -> None:
     """A streamed completion: `first_token` is set once its first token is out (it runs)."""
     import httpx
-    body = {"model": srv.served_name, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "vllm_xargs": xargs, "priority": priority, "stream": True}
+    body = _body(srv, prompt, max_tokens, xargs, priority, stream=True)
     with httpx.stream("POST", srv.base_url + "/v1/completions", json=body, timeout=900) as r:
         r.raise_for_status()
         for line in r.iter_lines():

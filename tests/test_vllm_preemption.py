@@ -24,19 +24,22 @@ from test_vllm_connector import BS, PoolHarness, _prompt, _tokens
 from vllm_support import connector_server, requires_vllm
 
 
-def _run(ph: PoolHarness, rid: str, hashes: list[bytes], xargs: dict):
-    """A request admitted and computed (its full blocks cached), not finished: (request, blocks)."""
+def _run(ph: PoolHarness, rid: str, hashes: list[bytes], xargs: dict, hit: int = 0):
+    """A request admitted (its first `hit` blocks found cached) and computed (its full blocks
+    cached), not finished: (request, blocks)."""
     pool = ph.pool
     req = SimpleNamespace(request_id=rid, session_id=None, block_hashes=hashes,
                           num_prompt_tokens=len(hashes) * BS + 1, num_tokens=len(hashes) * BS + 1,
                           max_tokens=64, status=SimpleNamespace(name="RUNNING"),
                           sampling_params=SimpleNamespace(extra_args=xargs))
     ph.h.arrived(req)
-    ph.h.lookup(req, 0)
-    blocks = pool.get_new_blocks(len(hashes))
+    found = [pool.get_cached_block(h, [0])[0] for h in hashes[:hit]]
+    ph.h.lookup(req, hit * BS)
+    pool.touch(found)
+    blocks = found + pool.get_new_blocks(len(hashes) - hit)
     ids = [b.block_id for b in blocks]
     ph.h.allocated(req, SimpleNamespace(get_block_ids=lambda: (ids,)), 0)
-    pool.cache_full_blocks(req, blocks, 0, len(hashes), BS, 0)
+    pool.cache_full_blocks(req, blocks, hit, len(hashes), BS, 0)
     ph.h.step(None)
     return req, blocks
 
@@ -150,9 +153,9 @@ def test_a_preempted_request_aborted_before_it_runs_finishes_on_the_path_it_kept
 
 def _metric(srv, name: str) -> float:
     import httpx
-    text = httpx.get(srv.base_url + "/metrics", timeout=30).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name) and not line.startswith("#"))
+
+    from agentrt.enginebench import prom
+    return prom.parse(httpx.get(srv.base_url + "/metrics", timeout=30).text, (name,))[name]
 
 
 @requires_vllm

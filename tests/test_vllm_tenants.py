@@ -13,7 +13,7 @@ import pytest
 from agentrt.vllm.config import ConnectorConfig
 from agentrt.vllm.mirror import Mirror
 from agentrt.vllm.tenants import TenantLedger
-from test_vllm_connector import BS, PoolHarness, _cached, _complete, _prompt, _tokens
+from test_vllm_connector import PoolHarness, _cached, _complete, _prompt, _tokens
 from vllm_support import connector_server, requires_vllm
 
 
@@ -148,25 +148,11 @@ def test_pool_a_shared_prefix_mirrored_while_its_computer_runs_counts_once():
     ph = PoolHarness("lru", 64, tenant_shares=True)
     shared = _prompt(1, 8)
     _run(ph, "r1", shared + _prompt(2, 4), {"agentrt_workflow": "w1", "agentrt_agent": "coder"})
-    pool = ph.pool
-    r2_hashes = shared + _prompt(3, 2)
-    r2 = SimpleNamespace(request_id="r2", session_id=None, block_hashes=r2_hashes,
-                         num_prompt_tokens=10 * BS + 1, num_tokens=10 * BS + 1, max_tokens=1,
-                         status=SimpleNamespace(name="RUNNING"),
-                         sampling_params=SimpleNamespace(extra_args={"agentrt_workflow": "w2",
-                                                                     "agentrt_agent": "coder"}))
-    ph.h.arrived(r2)
-    hit = [pool.get_cached_block(h, [0])[0] for h in shared]
-    ph.h.lookup(r2, 8 * BS)
-    pool.touch(hit)
-    blocks = hit + pool.get_new_blocks(2)
-    ids = [b.block_id for b in blocks]
-    ph.h.allocated(r2, SimpleNamespace(get_block_ids=lambda: (ids,)), 0)
-    pool.cache_full_blocks(r2, blocks, 8, 10, BS, 0)
-    ph.h.step(None)
+    r2, blocks = _run(ph, "r2", shared + _prompt(3, 2), {"agentrt_workflow": "w2", "agentrt_agent": "coder"},
+                      hit=8)
     assert ph.h.tenants.tenant_reserved == {"default": 13 + 3}      # r1: 13 blocks; r2: 11 less 8
-    ph.h.finished(r2, ids)
-    pool.free_blocks(reversed(blocks))
+    ph.h.finished(r2, [b.block_id for b in blocks])
+    ph.pool.free_blocks(reversed(blocks))
     ph.h.step(None)
     assert ph.h.mirror.tenant_blocks == {"default": 10}
     # r1 holds 13 (12 full blocks and its next token's), 8 of them now mirrored: 5 more, not 13
