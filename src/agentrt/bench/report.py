@@ -144,6 +144,9 @@ def print_result(doc: dict, console: Console | None = None) -> None:
     if "belady" in doc["results"]:
         console.print("belady is offline: it ignores the GPU memory running requests hold, so no "
                       "engine can reach it; oracle is clairvoyant under the simulator's own accounting.")
+    if doc.get("overload"):
+        from agentrt.bench.overload import overload_text
+        console.print(overload_text(doc["overload"]), style="bold yellow")
 
 
 def plot_result(doc: dict, path: str | Path) -> None:

@@ -5,7 +5,8 @@ trace file, a workload generated with the shared defaults of agentrt.defaults, o
 `TraceSource`), the policies, the runner's `BenchOptions`, and where results go. `validate()`
 checks all of it and raises `AgentrtError` naming each option as the caller wrote it (`cli`:
 `--gpu-blocks`, else `gpu_blocks`); nothing is generated, trained or replayed before it passes.
-`run()` then opens the source, replays every policy and closes what it opened; `write()` writes
+`run()` then opens the source, replays every policy, closes what it opened and notes an overloaded
+open-loop replay (`overload.py`, the document's `overload`); `write()` writes
 the JSON, CSV and figure asked for.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrt import defaults
+from agentrt.bench.overload import check_overload, overload_doc
 from agentrt.bench.runner import BenchOptions, ProgressFactory, run_bench
 from agentrt.bench.source import TraceSource, file_source, workload_source
 from agentrt.errors import AgentrtError, unknown_name
@@ -87,13 +89,16 @@ class BenchSpec:
             if self.replicas > 1:
                 from agentrt.cluster.bench import run_cluster_bench
                 from agentrt.cluster.registry import DEFAULT_ROUTER
-                return run_cluster_bench(source, self.policies, self.options, self.replicas,
-                                         self.router or DEFAULT_ROUTER, progress=progress,
-                                         transfer_gbps=self.transfer_gbps)
-            return run_bench(source, self.policies, self.options, progress=progress)
+                doc = run_cluster_bench(source, self.policies, self.options, self.replicas,
+                                        self.router or DEFAULT_ROUTER, progress=progress,
+                                        transfer_gbps=self.transfer_gbps)
+            else:
+                doc = run_bench(source, self.policies, self.options, progress=progress)
         finally:
             if owned:
                 source.close()
+        doc["overload"] = overload_doc(check_overload(doc))
+        return doc
 
     def write(self, doc: dict, say: Callable[[str], None] = lambda _: None) -> None:
         """Write the JSON, CSV and figure asked for, telling `say` where each went."""

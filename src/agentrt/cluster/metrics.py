@@ -37,6 +37,9 @@ def merge_metrics(parts: list[Metrics]) -> Metrics:
             elif k == "first_arrival":
                 if v is not None and (out.first_arrival is None or v < out.first_arrival):
                     out.first_arrival = v
+            elif k == "last_arrival":
+                if v is not None and (out.last_arrival is None or v > out.last_arrival):
+                    out.last_arrival = v
             elif k == "last_finish":
                 out.last_finish = max(out.last_finish, v)
             elif k == "wall_seconds":

@@ -33,6 +33,8 @@ class RequestLifecycle:
         m = self.metrics
         if m.first_arrival is None or t < m.first_arrival:
             m.first_arrival = t
+        if m.last_arrival is None or t > m.last_arrival:
+            m.last_arrival = t
         self.waiting.append(r)
         if self._reorders:
             self._admit_blocked = False     # it may rank before the blocked one

@@ -8,6 +8,8 @@ arrival to the last finish.
 Prompt tokens, hits and prefill tokens are counted at a user call's first admission only; a
 call preempted and admitted again adds to `preemptions` and to `recompute_tokens` (tokens it had
 in its KV that its new prefill computes again), never to the hit rate or a second TTFT.
+Arrival span: first to last user-call arrival; drain: last arrival to last finish (how long the
+backlog took to clear once arrivals stopped, `bench/overload.py`).
 Latencies are in seconds: TTFT per user call (arrival to first token), E2E per workflow (first
 arrival to last finish), TPOT per user call of more than one output token ((finish - first
 token) / (output tokens - 1)), where the engine records it (`record_tpot`); the TPOT fields are
@@ -83,6 +85,7 @@ class Metrics:
     preemptions: int = 0
     recompute_tokens: int = 0
     first_arrival: float | None = None
+    last_arrival: float | None = None
     last_finish: float = 0.0
     wall_seconds: float = 0.0
     ttft: list[float] = field(default_factory=list)
@@ -114,6 +117,7 @@ class Metrics:
             **latency_stats(self.ttft, "ttft", 0.0),
             **latency_stats(self.tpot, "tpot"),
             **latency_stats(self.e2e, "e2e", 0.0),
+            "wait_p50_s": _p50(self.queue_wait),
             "wait_p99_s": _p99(self.queue_wait),
             "wait_max_s": max(self.queue_wait, default=0.0),
             "throughput_tok_s": tokens / span if span > 0 else 0.0,
@@ -134,6 +138,9 @@ class Metrics:
             "oversize_calls": self.oversize_calls,
             "late_arrivals": self.late_arrivals,
             "makespan_s": span,
+            "arrival_span_s": ((self.last_arrival - self.first_arrival)
+                               if self.last_arrival is not None and self.first_arrival is not None else 0.0),
+            "drain_s": (self.last_finish - self.last_arrival) if self.last_arrival is not None else 0.0,
             "block_touches": self.block_touches,
             "wall_s": self.wall_seconds,
             "touches_per_s": self.block_touches / self.wall_seconds if self.wall_seconds > 0 else 0.0,
