@@ -14,8 +14,14 @@ needs, once:
   ended, so the cap can be exceeded by calls in flight only (the engine bounds those). Engines
   that export ends per tenant set `on_end(workflow, reason)`: called once for every workflow the
   runtime held when it ends, whatever ended it ("end", "cap", "silent"), after it is dropped;
+- bounded threads: a workflow has at most `max_threads_per_workflow` threads (1,024: no framework
+  runs that many agents in one workflow); calls of further agents share one thread named
+  `~other` (`overflow_calls` counts them), so a client inventing an agent per call cannot grow
+  one workflow's state without bound;
 - agent profiles: each agent's anchor blocks (confirmed by two or more workflows) and mean think
-  time after its calls; at most `max_agents`, least recently seen dropped first;
+  time after its calls; at most `max_agents`, the least recently seen of the tenant holding the
+  most dropped first (`tenant_lru.py`: a tenant inventing agents drops its own profiles, not
+  another's that holds its share);
 - block tags (only for policies with `needs_tags`): which threads used each cached block, written
   when a call finishes, before its blocks can be evicted; for policies with
   `untags_dead_branches`, a thread leaves the blocks of a history branch it abandoned
@@ -37,6 +43,10 @@ from agentrt.runtime.branches import untag_dead_branch
 from agentrt.runtime.identity import anchor_agent
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.state import AgentProfile, Thread, WorkflowState, tag_path
+from agentrt.runtime.tenant_lru import TenantLRU
+
+
+OVERFLOW_AGENT = "~other"    # the shared thread of a workflow's agents past `max_threads_per_workflow`
 
 
 class AgentRuntime:
@@ -45,9 +55,11 @@ class AgentRuntime:
     def __init__(self, policy: Policy, *, anchor_tokens: int = 256, max_anchor_tokens: int = 8192,
                  silent_after_s: float = 600.0, max_agents: int = 4096,
                  max_workflows: int | None = 65536,
-                 max_workflows_per_tenant: int | None = 8192) -> None:
+                 max_workflows_per_tenant: int | None = 8192,
+                 max_threads_per_workflow: int | None = 1024) -> None:
         for name, v in (("max_workflows", max_workflows),
-                        ("max_workflows_per_tenant", max_workflows_per_tenant)):
+                        ("max_workflows_per_tenant", max_workflows_per_tenant),
+                        ("max_threads_per_workflow", max_threads_per_workflow)):
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1 (or None: no cap), got {v}")
         self.policy = policy
@@ -57,13 +69,15 @@ class AgentRuntime:
         self.max_agents = max_agents
         self.max_workflows = max_workflows
         self.max_workflows_per_tenant = max_workflows_per_tenant
+        self.max_threads_per_workflow = max_threads_per_workflow
+        self.overflow_calls = 0      # calls folded into a workflow's OVERFLOW_AGENT thread
         self.workflows: dict[str, WorkflowState] = {}
         # live workflows with no call in flight, least recently active first (ordered by the
         # finish that left them idle); per tenant too, in the same order
         self.between_calls: OrderedDict[str, WorkflowState] = OrderedDict()
         self._idle_by_tenant: dict[str, OrderedDict[str, WorkflowState]] = {}
         self._open_by_tenant: dict[str, int] = {}
-        self.agents: OrderedDict[tuple[str, str], AgentProfile] = OrderedDict()
+        self.agents = TenantLRU(max_agents, on_drop=self._profile_dropped)   # (tenant, agent) -> AgentProfile
         self._calls: dict[int, Thread] = {}
         self._events = 0
         self.touch_clock: Callable[[], int] = lambda: 0
@@ -111,13 +125,14 @@ class AgentRuntime:
         key = (tenant, agent)
         p = self.agents.get(key)
         if p is None:
-            p = self.agents[key] = AgentProfile(agent, tenant)
-            if len(self.agents) > self.max_agents:
-                self.agents.popitem(last=False)
-                self.profiles_dropped += 1
+            p = AgentProfile(agent, tenant)
+            self.agents.set(key, p)
         else:
-            self.agents.move_to_end(key)
+            self.agents.touch(key)
         return p
+
+    def _profile_dropped(self, tenant: str, agent: str, profile: AgentProfile) -> None:
+        self.profiles_dropped += 1
 
     # ------------------------------------------------------------------ events
     def observe(self, e: ev.Event) -> None:
@@ -228,7 +243,8 @@ class AgentRuntime:
         return {"open_workflows": len(self.workflows), "idle_workflows": len(self.between_calls),
                 "calls_in_flight": len(self._calls), "tenants": len(self._open_by_tenant),
                 "agents": len(self.agents), "forced_ends": self.forced_ends,
-                "silent_ends": self.silent_ends, "max_workflows": self.max_workflows,
+                "silent_ends": self.silent_ends, "overflow_calls": self.overflow_calls,
+                "max_workflows": self.max_workflows,
                 "max_workflows_per_tenant": self.max_workflows_per_tenant}
 
     # ------------------------------------------------------------------ calls
@@ -242,6 +258,12 @@ class AgentRuntime:
             self._make_room(info.tenant, e.now)
             wf = self.workflows[info.workflow] = WorkflowState(info.workflow, info.tenant, e.now)
             self._open_by_tenant[info.tenant] = self._open_by_tenant.get(info.tenant, 0) + 1
+        cap = self.max_threads_per_workflow
+        if cap is not None and agent not in wf.threads and len(wf.threads) >= cap:
+            # a workflow naming more agents than any framework runs (a client inventing one per
+            # call): the rest share one thread, so its state and per-call work stay bounded
+            agent = info.agent = OVERFLOW_AGENT
+            self.overflow_calls += 1
         if wf.last_finish is not None and wf.last_agent is not None and wf.running == 0:
             prev = self._profile_for(wf.tenant, wf.last_agent)
             prev.think_total_s += max(0.0, e.now - wf.last_finish)
@@ -258,6 +280,7 @@ class AgentRuntime:
         wf.running += 1
         th = wf.thread(agent)
         th.calls += 1
+        wf.calls += 1
         self._calls[info.rid] = th
 
     def _finished(self, e: ev.CallFinished) -> None:

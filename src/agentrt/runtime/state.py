@@ -40,7 +40,7 @@ class Thread:
 
 class WorkflowState:
     __slots__ = ("id", "tenant", "path", "threads", "last_seen", "ended", "running", "last_finish",
-                 "last_agent", "signal", "extra")
+                 "last_agent", "signal", "extra", "calls")
 
     def __init__(self, wid: str, tenant: str, now: float) -> None:
         self.id = wid
@@ -54,6 +54,7 @@ class WorkflowState:
         self.last_agent: str | None = None     # agent of the latest finished call
         self.signal: list[float] | None = None  # the latest call's semantic signal
         self.extra: dict = {}                  # per-policy scratch (bounded with the workflow)
+        self.calls = 0                         # calls arrived (the sum of its threads' calls)
 
     def thread(self, agent: str) -> Thread:
         t = self.threads.get(agent)

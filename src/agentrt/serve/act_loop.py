@@ -87,7 +87,7 @@ class ActLoop:
         t = self._templates.get((a.tenant, a.agent))
         body = self._guard("warmup", warmup_body, t, list(a.hash_ids)) if t is not None else None
         if body is None:
-            self.metrics.warmup(a.agent, "skipped", None)
+            self.metrics.warmup(a.agent, "skipped", None, a.tenant)
             return 0
         # a workflow of its own that ends with it; `agentrt_warmup` tells the engine not to learn from it
         ident = Identity(a.agent, f"warmup:{a.agent}", a.tenant, end=True)
@@ -108,7 +108,7 @@ class ActLoop:
             self.warming = False
         self._guard("observe", self.runtime.observe, ev.CallFinished(self.clock(), info, None))
         usage = resp.get("usage") if isinstance(resp, dict) else None
-        self.metrics.warmup(a.agent, "ok" if status == 200 else "error", usage)
+        self.metrics.warmup(a.agent, "ok" if status == 200 else "error", usage, a.tenant)
         prompt, cached = usage_tokens(usage)
         if status == 200:
             self.warmups_sent += 1

@@ -177,8 +177,11 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
         try:
             r = await state["client"].get("/v1/models", headers=_upstream_headers(request.headers, cfg))
         except httpx.HTTPError as e:
-            return JSONResponse(error_body(f"upstream {cfg.upstream} unreachable: {e!r}",
-                                           "BadGatewayError", None, 502), status_code=502)
+            msg = f"upstream {cfg.upstream} unreachable: {e!r}"
+            if cfg.auth is not None:          # no internal addresses or errors for tenants
+                log.warning("agentrt serve: %s", msg)
+                msg = "upstream unreachable"
+            return JSONResponse(error_body(msg, "BadGatewayError", None, 502), status_code=502)
         return Response(r.content, status_code=r.status_code, headers=_response_headers(r))
 
     @app.get("/health")

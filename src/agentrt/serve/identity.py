@@ -12,7 +12,8 @@ Sources, first found wins:
   from the prompt's leading block (see `blocks.py`).
 The tenant defaults to "default"; with `--auth` it is the API key's tenant and the header and
 metadata are ignored (`auth.py`). Tenant names are 1-64 characters of `[A-Za-z0-9._-]`; other ids
-are printable strings of at most 512 characters.
+are printable strings of at most 512 characters, and so is a workflow key with its tenant's
+prefix (the connector's limit: a longer key would lose its identity in the engine).
 Every workflow is keyed by its tenant (`Identity.key`, `auth.tenant_scoped`): the runtime, the
 scheduler and the engine see `tenant/workflow` (the default tenant's ids stay as they are), so two
 tenants' `run-42` are two workflows. Forwarding (`forward_body`): `session_id` = the workflow key
@@ -139,6 +140,12 @@ def resolve_identity(headers, body: dict, call_number: int, tenant: str | None =
         else:   # a workflow of one call: it ends with that call
             ident.workflow, ident.workflow_source, ident.end = f"call:{call_number}", "call", True
     ident.key = tenant_scoped(tenant, ident.workflow)
+    # the engine's connector refuses longer keys: the call would lose its identity there unseen
+    for value, name in ((ident.key, names["workflow"] if workflow else "session_id"),
+                        (tenant_scoped(tenant, session) if session else "", "session_id")):
+        if len(value) > MAX_ID_CHARS:
+            raise RequestError(f"{name} is too long: with its tenant's prefix the workflow key has "
+                               f"{len(value)} characters, over {MAX_ID_CHARS}", name)
     return ident
 
 

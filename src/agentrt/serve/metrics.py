@@ -6,7 +6,9 @@ response carries usage only when the client asked for it (`stream_options.includ
 server does not change the stream to get it, so such calls count in `agentrt_requests_total` and
 `agentrt_requests_without_usage_total` but not in the token counters. Hit rates are cached over
 prompt tokens of user calls, warm-ups excluded. Agent and tenant label values are capped
-(`max_agents`, `max_tenants`, then "other") so a framework that invents an id per call, or
+(`max_agents`, `max_tenants`, then "other"; one tenant names at most a quarter of the agent
+labels, so its invented ids cannot turn another tenant's agents into "other") so a framework
+that invents an id per call, or
 (without `--auth`) a client that sends a new `X-Tenant-Id` each time, cannot blow up the series
 count; under `--auth` tenants are the keys file's. Workflow ends (`agentrt_workflows_ended_total`)
 are counted by reason: "client" (`X-Workflow-End` or the end route), "call" (a call that named
@@ -25,28 +27,38 @@ END_REASONS = ("client", "call", "cap", "silent")
 
 
 class LabelCap:
-    """At most `limit` distinct values of one label; values first seen past it read "other"."""
+    """At most `limit` distinct values of one label, and at most `per_key` of them first seen for
+    one key (a tenant); values first seen past either read "other"."""
 
-    __slots__ = ("limit", "seen")
+    __slots__ = ("limit", "per_key", "seen", "_by_key")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_key: int | None = None) -> None:
         self.limit = limit
+        self.per_key = per_key
         self.seen: set[str] = set()
+        self._by_key: dict[str, int] = {}        # key -> values it added (at most `limit` keys)
 
-    def __call__(self, value: str) -> str:
+    def __call__(self, value: str, key: str | None = None) -> str:
         if value in self.seen:
             return value
-        if len(self.seen) < self.limit:
-            self.seen.add(value)
-            return value
-        return "other"
+        if len(self.seen) >= self.limit:
+            return "other"
+        if self.per_key is not None:
+            n = self._by_key.get(key or "", 0)
+            if n >= self.per_key:
+                return "other"
+            self._by_key[key or ""] = n + 1
+        self.seen.add(value)
+        return value
 
 
 class ServeMetrics:
     def __init__(self, policy: str, max_agents: int = 256, max_tenants: int = 256) -> None:
         self.policy = policy
         self.max_agents = max_agents
-        self._agents = LabelCap(max_agents)
+        # one tenant may name at most a quarter of the agent labels: with --auth, another
+        # tenant's agents keep their own series however many agent ids one tenant invents
+        self._agents = LabelCap(max_agents, max(1, max_agents // 4))
         self.tenant_label = LabelCap(max_tenants)
         self._tokens: dict[str, list[int]] = {}      # agent label -> [prompt, cached]
         self._total = [0, 0]
@@ -101,8 +113,8 @@ class ServeMetrics:
         self._children: dict = {}        # (agent label, endpoint, status) -> labelled series
         self._tenant_children: dict = {}  # tenant label -> (prompt, cached) series
 
-    def agent_label(self, agent: str | None) -> str:
-        return self._agents(agent or "unknown")
+    def agent_label(self, agent: str | None, tenant: str | None = None) -> str:
+        return self._agents(agent or "unknown", tenant)
 
     def workflow_ended(self, tenant: str, reason: str) -> None:
         r = reason if reason in END_REASONS else "other"
@@ -110,7 +122,7 @@ class ServeMetrics:
 
     def call(self, agent: str | None, endpoint: str, status: int | str, seconds: float,
              usage: dict | None, tenant: str = "default", tool_call: bool = False) -> None:
-        a = self.agent_label(agent)
+        a = self.agent_label(agent, tenant)
         p = self.policy
         key = (a, endpoint, status)
         ch = self._children.get(key)
@@ -153,8 +165,8 @@ class ServeMetrics:
         ch[0].inc(prompt)
         ch[1].inc(cached)
 
-    def warmup(self, agent: str, outcome: str, usage: dict | None) -> None:
-        a = self.agent_label(agent)
+    def warmup(self, agent: str, outcome: str, usage: dict | None, tenant: str | None = None) -> None:
+        a = self.agent_label(agent, tenant)
         self.warmups.labels(self.policy, a, outcome).inc()
         prompt, cached = usage_tokens(usage)
         if prompt is not None:

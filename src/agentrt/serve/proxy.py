@@ -193,7 +193,8 @@ class HotPath:
             fwd_headers += self.upstream_auth
             try:
                 resp = ctx["resp"] = await self.state["pool"].request(
-                    "POST", path, fwd_headers, orjson.dumps(fwd), on_conn=lambda c: ctx.__setitem__("conn", c))
+                    "POST", path, fwd_headers, orjson.dumps(fwd), on_conn=lambda c: _taken(ctx, c),
+                    cancelled=lambda: ctx["gone"])
             except UpstreamTimeout as e:
                 status = "timeout"
                 bridge.metrics.upstream_errors.labels(cfg.policy, "timeout").inc()
@@ -202,7 +203,7 @@ class HotPath:
                 status = "gone" if ctx["gone"] else "unreachable"
                 bridge.metrics.upstream_errors.labels(cfg.policy, "unreachable").inc()
                 return await send_json(send, *error_response(
-                    502, f"upstream {cfg.upstream} unreachable: {e}", "BadGatewayError"))
+                    502, self._upstream_error("unreachable", e, where=True), "BadGatewayError"))
             if resp.status >= 400:
                 bridge.metrics.upstream_errors.labels(cfg.policy, str(resp.status)).inc()
             headers = [(k, v) for k, v in resp.headers if k not in RESPONSE_DROP]
@@ -217,7 +218,7 @@ class HotPath:
             except UpstreamError as e:
                 status = "gone" if ctx["gone"] else "broken"
                 code, typ = (504, "GatewayTimeoutError") if isinstance(e, UpstreamTimeout) else (502, "BadGatewayError")
-                return await send_json(send, *error_response(code, f"upstream answer broke off: {e}", typ))
+                return await send_json(send, *error_response(code, self._upstream_error("answer broke off", e), typ))
             status = resp.status
             if status == 200 and dec is not False:
                 usage, tool = _answer(content if dec is None else _inflate(dec, content))
@@ -228,6 +229,8 @@ class HotPath:
             watcher.cancel()
             if resp is not None:
                 resp.abort()                     # no-op once the answer was read to its end
+            elif ctx["conn"] is not None:
+                ctx["conn"].writer.transport.abort()    # failed or cancelled before an answer
             bridge.finish(call, status, usage, tool)
 
     async def _relay(self, send, resp, headers, dec, ctx) -> tuple:
@@ -256,12 +259,22 @@ class HotPath:
             if dec is not None:                  # an encoded stream: cut it, never truncate silently
                 raise ConnectionAbortedError("upstream stream broke off") from None
             code, typ = (504, "GatewayTimeoutError") if isinstance(e, UpstreamTimeout) else (502, "BadGatewayError")
-            err = orjson.dumps(error_body(f"upstream stream broke off: {e}", typ, None, code))
+            err = orjson.dumps(error_body(self._upstream_error("stream broke off", e), typ, None, code))
             await send({"type": "http.response.body", "body": b"data: " + err + b"\n\ndata: [DONE]\n\n",
                         "more_body": False})
             return "broken", usage, tool
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return 200, usage, tool
+
+    def _upstream_error(self, what: str, e: Exception, where: bool = False) -> str:
+        """The message a client gets for an upstream failure ("upstream <what>: <error>", with the
+        upstream's address when `where`). With `--auth`, tenants are not told the internal address
+        or socket errors (logged here instead), as /health hides them; a timeout says how long."""
+        full = f"upstream {self.cfg.upstream} {what}" if where else f"upstream {what}"
+        if self.auth is None:
+            return f"{full}: {e}"
+        log.warning("agentrt serve: %s: %s", full, e)
+        return f"upstream {what}: {e}" if isinstance(e, UpstreamTimeout) else f"upstream {what}"
 
     async def _watch(self, receive, ctx) -> None:
         """Abort the upstream call when the client disconnects (its answer would go nowhere)."""
@@ -275,6 +288,14 @@ class HotPath:
                 elif conn is not None:
                     conn.writer.transport.abort()
                 return
+
+
+def _taken(ctx: dict, conn) -> None:
+    """The upstream pool took `conn` for this call: the watcher aborts it if the client leaves,
+    and a client that already left gets it aborted at once."""
+    ctx["conn"] = conn
+    if ctx["gone"]:
+        conn.writer.transport.abort()
 
 
 def _inflate(dec, data: bytes) -> bytes:

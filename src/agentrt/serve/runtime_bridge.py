@@ -29,14 +29,15 @@ import asyncio
 import itertools
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 
 from agentrt.errors import AgentrtError
 from agentrt.policies.registry import BOUNDS, make_policy
 from agentrt.runtime import events as ev
 from agentrt.runtime.runtime import AgentRuntime
-from agentrt.serve.blocks import PromptBlocks, PromptTemplate, chat_segments, completion_segments
+from agentrt.runtime.tenant_lru import TenantLRU
+from agentrt.serve.blocks import PromptBlocks, chat_segments, completion_segments
 from agentrt.serve.blocks import prompt_blocks, template, tenant_seed
 from agentrt.serve.act_loop import ActLoop
 from agentrt.serve.identity import Identity
@@ -44,6 +45,7 @@ from agentrt.serve.metrics import ServeMetrics, usage_tokens
 from agentrt.serve.scheduler import ServeScheduler
 from agentrt.serve.view import CacheEstimate
 
+MAX_OUTPUT_TOKENS = 1 << 24    # longer than any model's context: a claim past it is not an estimate
 log = logging.getLogger("agentrt.serve")
 
 
@@ -92,8 +94,8 @@ class RuntimeBridge(ActLoop):
         self.warming = False
         self.warmups_sent = 0
         self.recent: deque = deque(maxlen=256)
-        self._templates: OrderedDict[tuple[str, str], PromptTemplate] = OrderedDict()
-        self._max_templates = max_templates
+        # (tenant, agent) -> its latest prompt's template; split by tenant (tenant_lru.py)
+        self._templates = TenantLRU(max_templates)
         self._rid = itertools.count(1)
         self._calls = itertools.count(1)
         self._logged: set[str] = set()
@@ -147,11 +149,16 @@ class RuntimeBridge(ActLoop):
 
     def _info(self, body: dict, ident: Identity, blocks: PromptBlocks) -> ev.CallInfo:
         wf = self.runtime.workflows.get(ident.key)
-        index = sum(t.calls for t in wf.threads.values()) if wf is not None else 0  # as the connector counts
+        index = wf.calls if wf is not None else 0  # as the connector counts
+        # the expected output `fair` charges at arrival, before vLLM judges the value: one it
+        # will refuse (below 1, not an integer) or past any context counts as unknown (0), so a
+        # negative claim cannot buy a tenant precedence and a huge one cannot run the clocks up
         out = body.get("max_completion_tokens", body.get("max_tokens"))
+        if isinstance(out, bool) or not isinstance(out, int) or not 1 <= out <= MAX_OUTPUT_TOKENS:
+            out = 0
         return ev.CallInfo(next(self._rid), ident.key, ident.agent, ident.tenant, index, blocks.hash_ids,
                            len(blocks.hash_ids) * self.block_chars,
-                           out if isinstance(out, int) else 0, self.block_chars,
+                           out, self.block_chars,
                            agent_explicit=ident.agent is not None)
 
     def _keep_template(self, endpoint, body, segs, blocks, tenant: str, agent: str) -> None:
@@ -159,10 +166,9 @@ class RuntimeBridge(ActLoop):
         old = self._templates.get(key)
         n = min(self.max_anchor_blocks, len(blocks.hash_ids))
         if old is None or old.path != endpoint or old.blocks.hash_ids != blocks.hash_ids[:n]:
-            self._templates[key] = template(endpoint, body, segs, blocks, self.max_anchor_blocks)
-        self._templates.move_to_end(key)
-        while len(self._templates) > self._max_templates:
-            self._templates.popitem(last=False)
+            self._templates.set(key, template(endpoint, body, segs, blocks, self.max_anchor_blocks))
+        else:
+            self._templates.touch(key)
 
     def finish(self, call: Call, status: int | str, usage: dict | None, tool_call: bool = False) -> None:
         """The call's answer ended (`status`: the upstream's, or how it failed); `tool_call`: the
@@ -212,8 +218,13 @@ class RuntimeBridge(ActLoop):
             self._guard("scheduler", self.scheduler.workflow_ended, workflow, tenant, now)
 
     def _ended(self, wf, reason: str) -> None:
-        """The runtime's `on_end`: count one workflow end (a plain "end" came by `end_workflow`)."""
+        """The runtime's `on_end`: count one workflow end (a plain "end" came by `end_workflow`,
+        which tells the scheduler itself). One the runtime ended on its own (its caps, or the
+        silence sweep) is over for the scheduler too, whose per-workflow state would otherwise
+        grow with every workflow id a client never ends."""
         self.metrics.workflow_ended(wf.tenant, self._end_reason if reason == "end" else reason)
+        if reason != "end" and self.scheduler.active:
+            self._guard("scheduler", self.scheduler.workflow_ended, wf.id, wf.tenant, self.clock())
 
     # ------------------------------------------------------------------ introspection
     def state(self, limit: int = 200) -> dict:

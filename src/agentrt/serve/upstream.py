@@ -4,7 +4,8 @@ Why not httpx: its connection pool scans every connection on each request (quadr
 concurrent calls) and it decodes what a proxy must pass through. This client:
 - keeps idle keep-alive connections in a LIFO stack (`max_idle`), opens new ones on demand
   (connect timeout `connect_s`), and retries a request once on a fresh connection when a reused
-  one turns out to be closed before any byte of the answer came back (the keep-alive race);
+  one turns out to be closed before any byte of the answer came back (the keep-alive race),
+  unless the caller's client has left meanwhile (`cancelled`): the call is then not sent again;
 - bounds every read by `read_s` (the time between bytes, not the whole answer), raising
   `UpstreamTimeout`;
 - never decodes: bodies come back as the upstream sent them (chunked transfer decoded, content
@@ -27,6 +28,10 @@ class UpstreamError(Exception):
 
 class UpstreamTimeout(UpstreamError):
     pass
+
+
+class _Stale(Exception):
+    """A reused keep-alive connection was closed by the upstream before it answered."""
 
 
 class _Conn:
@@ -68,7 +73,12 @@ class Response:
         self._done = False
         for k, v in headers:
             if k == b"content-length":
-                self._length = int(v)
+                try:
+                    self._length = int(v)
+                except ValueError:
+                    raise UpstreamError(f"bad content-length from the upstream: {v[:40]!r}") from None
+                if self._length < 0:
+                    raise UpstreamError(f"bad content-length from the upstream: {v[:40]!r}")
             elif k == b"transfer-encoding":
                 self._chunked = b"chunked" in v.lower()
             elif k == b"connection" and b"close" in v.lower():
@@ -182,9 +192,12 @@ class UpstreamPool:
         return _Conn(r, w)
 
     async def request(self, method: str, path: str, headers: list, body: bytes = b"",
-                      on_conn=None) -> Response:
+                      on_conn=None, cancelled=None) -> Response:
         """Send one request; `headers` are (name, value) byte pairs without host/length/connection.
-        `on_conn(response_or_none)` is told the response as soon as headers are in (to abort it)."""
+        `on_conn(conn)` is told each connection used as soon as it is taken (to abort it);
+        `cancelled()` says the caller no longer wants the answer (its client left): a request
+        whose connection then fails is never sent again. Whatever goes wrong before the
+        response is returned, its connection is closed."""
         head = [f"{method} {path} HTTP/1.1\r\n".encode(), b"host: ", self.host_header,
                 b"\r\ncontent-length: ", str(len(body)).encode(), b"\r\n"]
         for k, v in headers:
@@ -193,35 +206,49 @@ class UpstreamPool:
         for attempt in (0, 1):
             reused = bool(self._idle) and attempt == 0
             conn = self._idle.pop() if reused else await self._connect()
-            if on_conn is not None:
-                on_conn(conn)
             try:
-                conn.writer.write(data)
-                line = await conn.timed(conn.reader.readuntil(b"\r\n\r\n"), self.read_s)
-            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
-                conn.writer.transport.abort()
-                if conn.expired:
-                    raise UpstreamTimeout(f"no answer from the upstream for {self.read_s:g} s") from None
-                if reused and isinstance(e, (ConnectionError, asyncio.IncompleteReadError)) \
-                        and not getattr(e, "partial", b""):
-                    continue                         # a stale keep-alive connection: once more
-                raise UpstreamError(f"upstream unreachable or broke off: {e!r}") from None
-            lines = line.split(b"\r\n")
-            try:
-                status = int(lines[0].split(b" ", 2)[1])
-            except (IndexError, ValueError):
-                conn.writer.transport.abort()
-                raise UpstreamError(f"not an HTTP answer from the upstream: {lines[0][:80]!r}") from None
-            hdrs = []
-            for h in lines[1:]:
-                k, sep, v = h.partition(b":")
-                if sep:
-                    hdrs.append((k.strip().lower(), v.strip()))
-            resp = Response(self, conn, status, hdrs)
-            if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-                resp._length, resp._chunked = 0, False
-            return resp
+                if on_conn is not None:
+                    on_conn(conn)
+                if cancelled is not None and cancelled():
+                    raise UpstreamError("the client left before the call was sent")
+                return await self._exchange(conn, method, data, reused)
+            except _Stale:
+                if cancelled is not None and cancelled():
+                    raise UpstreamError("the client left; the call was not sent again") from None
+                continue                             # a stale keep-alive connection: once more
+            except BaseException:
+                conn.writer.transport.abort()        # cancelled, or a broken answer: never reused
+                raise
         raise UpstreamError("upstream unreachable")        # not reached
+
+    async def _exchange(self, conn: _Conn, method: str, data: bytes, reused: bool) -> Response:
+        """Write the request and read the answer's head; `_Stale` if a reused connection turns
+        out closed before any byte came back (the keep-alive race)."""
+        try:
+            conn.writer.write(data)
+            line = await conn.timed(conn.reader.readuntil(b"\r\n\r\n"), self.read_s)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+            conn.writer.transport.abort()
+            if conn.expired:
+                raise UpstreamTimeout(f"no answer from the upstream for {self.read_s:g} s") from None
+            if reused and isinstance(e, (ConnectionError, asyncio.IncompleteReadError)) \
+                    and not getattr(e, "partial", b""):
+                raise _Stale() from None
+            raise UpstreamError(f"upstream unreachable or broke off: {e!r}") from None
+        lines = line.split(b"\r\n")
+        try:
+            status = int(lines[0].split(b" ", 2)[1])
+        except (IndexError, ValueError):
+            raise UpstreamError(f"not an HTTP answer from the upstream: {lines[0][:80]!r}") from None
+        hdrs = []
+        for h in lines[1:]:
+            k, sep, v = h.partition(b":")
+            if sep:
+                hdrs.append((k.strip().lower(), v.strip()))
+        resp = Response(self, conn, status, hdrs)
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            resp._length, resp._chunked = 0, False
+        return resp
 
     async def aclose(self) -> None:
         while self._idle:

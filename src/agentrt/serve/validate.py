@@ -11,8 +11,8 @@ serves its default model).
 
 Stricter than vLLM, because the server must stay up and consistent for every tenant:
 - the body is parsed with orjson, which refuses what JSON forbids and Python's `json` lets
-  through: `NaN`/`Infinity`, lone UTF-16 surrogates (`"\ud800"`), nesting deeper than 1024,
-  integers beyond 64 bits; all 400s;
+  through: `NaN`/`Infinity`, lone UTF-16 surrogates (`"\ud800"`), integers beyond 64 bits; and
+  nesting deeper than 254 levels (what orjson encodes again for the upstream); all 400s;
 - fields the server owns are refused (400, naming them): `cache_salt` (the server sets the
   tenant's salt; silently replacing a client's would drop an isolation it asked for without
   telling it), `kv_transfer_params` (instructions to the KV connector; the server sends its
@@ -27,6 +27,7 @@ import orjson
 
 JSON_TYPES = ("application/json",)
 SERVER_FIELDS = ("cache_salt", "kv_transfer_params", "kv_hints")
+MAX_DEPTH = 254             # the deepest nesting orjson encodes again
 
 
 class RequestError(Exception):
@@ -61,7 +62,25 @@ def parse_body(raw: bytes, content_type: str | None) -> dict:
         raise RequestError(f"request body is not valid JSON: {e}", "body") from None
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object", "body")
+    # orjson reads nesting to 1024 but writes at most MAX_DEPTH levels: the forwarded body would
+    # fail to encode after the call was counted. Fewer brackets than that cannot nest deeper.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
+        raise RequestError(f"request body is nested deeper than {MAX_DEPTH} levels", "body")
     return body
+
+
+def _depth(obj) -> int:
+    """Nesting depth of a parsed JSON value (an object or array is one level), iteratively."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        deepest = max(deepest, d)
+        stack.extend((x, d + 1) for x in v if isinstance(x, (dict, list)))
+    return deepest
 
 
 def _check_common(body: dict) -> None:

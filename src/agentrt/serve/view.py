@@ -11,7 +11,7 @@ prefetching policies find nothing to move.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from agentrt.runtime.tenant_lru import TenantLRU
 
 
 class CacheEstimate:
@@ -21,17 +21,17 @@ class CacheEstimate:
         self.capacity_tokens = capacity_tokens
         self.max_entries = max_entries
         self.work = 0                                   # tokens computed for calls seen
-        self._seen: OrderedDict[tuple[str, int], int] = OrderedDict()
+        # (tenant, hash) -> work when last seen; split by tenant (tenant_lru.py), so one tenant's
+        # huge prompts drop its own entries, not those of a tenant within its share
+        self._seen = TenantLRU(max_entries)
 
     def add_work(self, tokens: int) -> None:
         self.work += max(0, tokens)
 
     def record(self, tenant: str, hash_ids: list[int]) -> None:
+        seen, work = self._seen, self.work
         for h in hash_ids:
-            self._seen[(tenant, h)] = self.work
-            self._seen.move_to_end((tenant, h))
-        while len(self._seen) > self.max_entries:
-            self._seen.popitem(last=False)
+            seen.set((tenant, h), work)
 
     def gpu_prefix(self, tenant: str, hash_ids: list[int]) -> int:
         n = 0

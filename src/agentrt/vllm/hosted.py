@@ -167,7 +167,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         hashes = [hash_int(h) for h in request.block_hashes]
         wf = self.runtime.workflows.get(idt.workflow)
         index = idt.call if idt.call is not None else (
-            sum(t.calls for t in wf.threads.values()) if wf is not None else 0)
+            wf.calls if wf is not None else 0)
         info = ev.CallInfo(rid=self._rid, workflow=idt.workflow, agent=idt.agent, tenant=idt.tenant,
                            index=index, hash_ids=hashes, input_length=request.num_prompt_tokens,
                            output_length=int(request.max_tokens or 0), block_size=self.block_size,

@@ -1,0 +1,129 @@
+"""A bounded map shared by tenants, where no tenant's growth evicts another that holds its share.
+
+Model: entries are keyed by (tenant, key). While there are at most `max_entries`, nothing is
+dropped. Past it, the tenant holding the most entries gives up its least recently used one (ties:
+the tenant that reached that count first). So a tenant holding no more than `max_entries / T` of
+the T tenants' entries never loses one to another tenant's growth, however fast that tenant
+invents keys (agent ids, prompts): a per-tenant least-recently-used order inside a max-min split
+of the capacity. One shared LRU would hand the whole map to whoever inserts fastest.
+
+The map reads like a dict of (tenant, key) -> value (`get`, `in`, `[]`, `values`, `items`, `len`);
+`touch` marks an entry used; `set` inserts or replaces and may drop entries of the largest tenant
+(`on_drop(tenant, key, value)` is told of each). Every operation is O(1) amortized: per-tenant
+ordered dicts, and tenants bucketed by their entry count for the largest.
+Nothing reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
+
+Key = tuple[str, Hashable]
+
+
+class TenantLRU:
+    __slots__ = ("max_entries", "on_drop", "dropped", "_all", "_order", "_buckets", "_top")
+
+    def __init__(self, max_entries: int, on_drop: Callable[[str, Hashable, Any], None] | None = None) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.max_entries = max_entries
+        self.on_drop = on_drop
+        self.dropped = 0
+        self._all: dict[Key, Any] = {}
+        self._order: dict[str, OrderedDict[Hashable, None]] = {}     # tenant -> its keys, LRU first
+        self._buckets: dict[int, dict[str, None]] = {}               # entry count -> tenants
+        self._top = 0                                                # the largest count
+
+    # ---------------------------------------------------------------- dict-like reads
+    def get(self, key: Key, default=None):
+        return self._all.get(key, default)
+
+    def __getitem__(self, key: Key):
+        return self._all[key]
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._all
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._all)
+
+    def values(self):
+        return self._all.values()
+
+    def items(self):
+        return self._all.items()
+
+    def tenant_size(self, tenant: str) -> int:
+        o = self._order.get(tenant)
+        return len(o) if o is not None else 0
+
+    # ---------------------------------------------------------------- writes
+    def touch(self, key: Key) -> None:
+        """Mark an entry used (most recent of its tenant)."""
+        o = self._order.get(key[0])
+        if o is not None and key[1] in o:
+            o.move_to_end(key[1])
+
+    def set(self, key: Key, value) -> None:
+        tenant, k = key
+        if key in self._all:
+            self._all[key] = value
+            self._order[tenant].move_to_end(k)
+            return
+        self._all[key] = value
+        o = self._order.get(tenant)
+        if o is None:
+            o = self._order[tenant] = OrderedDict()
+        o[k] = None
+        self._move(tenant, len(o) - 1, len(o))
+        while len(self._all) > self.max_entries:
+            self._drop_from_largest()
+
+    __setitem__ = set
+
+    def pop(self, key: Key, default=None):
+        if key not in self._all:
+            return default
+        value = self._all.pop(key)
+        tenant, k = key
+        o = self._order[tenant]
+        del o[k]
+        self._move(tenant, len(o) + 1, len(o))
+        if not o:
+            del self._order[tenant]
+        return value
+
+    def clear(self) -> None:
+        self._all.clear()
+        self._order.clear()
+        self._buckets.clear()
+        self._top = 0
+
+    # ---------------------------------------------------------------- internals
+    def _move(self, tenant: str, old: int, new: int) -> None:
+        b = self._buckets
+        if old:
+            s = b[old]
+            del s[tenant]
+            if not s:
+                del b[old]
+        if new:
+            b.setdefault(new, {})[tenant] = None
+            if new > self._top:
+                self._top = new
+        while self._top and self._top not in b:
+            self._top -= 1
+
+    def _drop_from_largest(self) -> None:
+        tenant = next(iter(self._buckets[self._top]))
+        k = next(iter(self._order[tenant]))
+        value = self.pop((tenant, k))
+        self.dropped += 1
+        if self.on_drop is not None:
+            self.on_drop(tenant, k, value)
