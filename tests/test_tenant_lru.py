@@ -38,7 +38,7 @@ def test_reads_like_a_dict():
         TenantLRU(0)
 
 
-ops = st.lists(st.tuples(st.sampled_from(["set", "touch", "pop"]), st.sampled_from("abcd"),
+ops = st.lists(st.tuples(st.sampled_from(["set", "many", "touch", "pop"]), st.sampled_from("abcd"),
                          st.integers(0, 12)), max_size=300)
 
 
@@ -47,22 +47,31 @@ ops = st.lists(st.tuples(st.sampled_from(["set", "touch", "pop"]), st.sampled_fr
 def test_matches_the_reference_model(cap, seq):
     m = TenantLRU(cap)
     ref: dict[str, OrderedDict] = {}
-    reached: dict[str, int] = {}        # tenant -> op index at which it reached its count
+    reached: dict[str, int] = {}        # tenant -> when it reached its count (a change counter)
+    clock = iter(range(10**9))
     for i, (op, t, k) in enumerate(seq):
         o = ref.setdefault(t, OrderedDict())
-        if op == "set":
-            if k in o:
-                o.move_to_end(k)
+        if op in ("set", "many"):
+            keys = [k] if op == "set" else [k, k + 1, k + 2, k]      # a batch, one key twice
+            grew = False
+            for x in keys:
+                if x in o:
+                    o.move_to_end(x)
+                else:
+                    o[x] = None
+                    grew = True
+            if grew:
+                reached[t] = next(clock)
+            if op == "set":
+                m.set((t, k), (t, k, i))
             else:
-                o[k] = None
-                reached[t] = i
-            m.set((t, k), (t, k, i))
+                m.set_many(t, keys, i)
             while sum(len(x) for x in ref.values()) > cap:
                 top = max(len(x) for x in ref.values())
                 # ties: the tenant that reached the top count first
                 victim = min((t2 for t2, x in ref.items() if len(x) == top), key=lambda t2: reached[t2])
                 ref[victim].popitem(last=False)
-                reached[victim] = i
+                reached[victim] = next(clock)
         elif op == "touch":
             if k in o:
                 o.move_to_end(k)
@@ -70,7 +79,7 @@ def test_matches_the_reference_model(cap, seq):
         else:
             if k in o:
                 del o[k]
-                reached[t] = i
+                reached[t] = next(clock)
             m.pop((t, k))
         assert len(m) <= cap
         assert {key for key in m} == {(t2, k2) for t2, x in ref.items() for k2 in x}

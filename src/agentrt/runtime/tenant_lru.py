@@ -87,6 +87,50 @@ class TenantLRU:
 
     __setitem__ = set
 
+    def set_many(self, tenant: str, keys, value) -> None:
+        """`set((tenant, k), value)` for every k, in order, dropping entries only after all are in
+        (the hot path of a prompt's blocks: one count update for the batch)."""
+        all_ = self._all
+        o = self._order.get(tenant)
+        if o is None:
+            o = self._order[tenant] = OrderedDict()
+        before = len(o)
+        move = o.move_to_end
+        for k in keys:
+            key = (tenant, k)
+            if key in all_:
+                move(k)
+            else:
+                o[k] = None
+            all_[key] = value
+        if len(o) != before:
+            self._move(tenant, before, len(o))
+        elif not o:
+            del self._order[tenant]
+        while len(all_) > self.max_entries:
+            self._drop_run(len(all_) - self.max_entries)
+
+    def _drop_run(self, over: int) -> None:
+        """Drop up to `over` entries at once from a tenant that stays the largest while they go
+        (as many single drops would), else one."""
+        top, b = self._top, self._buckets
+        if len(b[top]) > 1 or over == 1 or self.on_drop is not None:
+            self._drop_from_largest()
+            return
+        second = top - 1
+        while second and second not in b:
+            second -= 1
+        n = min(over, top - second)          # down to a tie at most: the tie rule then decides
+        tenant = next(iter(b[top]))
+        o, all_ = self._order[tenant], self._all
+        for _ in range(n):
+            k, _v = o.popitem(last=False)
+            del all_[(tenant, k)]
+        self.dropped += n
+        self._move(tenant, top, top - n)
+        if not o:
+            del self._order[tenant]
+
     def pop(self, key: Key, default=None):
         if key not in self._all:
             return default
@@ -121,9 +165,26 @@ class TenantLRU:
             self._top -= 1
 
     def _drop_from_largest(self) -> None:
-        tenant = next(iter(self._buckets[self._top]))
-        k = next(iter(self._order[tenant]))
-        value = self.pop((tenant, k))
+        top = self._top
+        tenant = next(iter(self._buckets[top]))
+        o = self._order[tenant]
+        k, _ = o.popitem(last=False)
+        value = self._all.pop((tenant, k))
+        # the count falls by one, top -> top - 1 (`_move` inlined: this runs once per drop)
+        b = self._buckets
+        s = b[top]
+        del s[tenant]
+        if not s:
+            del b[top]
+        if o:
+            b.setdefault(top - 1, {})[tenant] = None
+        else:
+            del self._order[tenant]
+        if top not in b:
+            t = top - 1
+            while t and t not in b:
+                t -= 1
+            self._top = t
         self.dropped += 1
         if self.on_drop is not None:
             self.on_drop(tenant, k, value)

@@ -29,9 +29,7 @@ class CacheEstimate:
         self.work += max(0, tokens)
 
     def record(self, tenant: str, hash_ids: list[int]) -> None:
-        seen, work = self._seen, self.work
-        for h in hash_ids:
-            seen.set((tenant, h), work)
+        self._seen.set_many(tenant, hash_ids, self.work)
 
     def gpu_prefix(self, tenant: str, hash_ids: list[int]) -> int:
         n = 0
