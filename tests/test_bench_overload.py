@@ -19,8 +19,8 @@ MOONCAKE = REPO.parent / "shared" / "traces" / "mooncake" / "conversation_trace.
 
 
 def doc(span=100.0, drain=80.0, wait=30.0, ttft=31.0, concurrency=None, time_scale=1.0,
-        replicas=None, results=None):
-    r = {"arrival_span_s": span, "drain_s": drain, "wait_p50_s": wait, "ttft_p50_s": ttft}
+        replicas=None, results=None, calls=100):
+    r = {"arrival_span_s": span, "drain_s": drain, "wait_p50_s": wait, "ttft_p50_s": ttft, "calls": calls}
     cfg = {"concurrency": concurrency, "time_scale": time_scale}
     if replicas:
         cfg["replicas"] = replicas
@@ -44,6 +44,7 @@ def test_an_overloaded_open_loop_replay_is_flagged_with_a_stretch_to_80_percent(
     {"concurrency": 16},                 # closed loop: the queue is bounded by the concurrency
     {"drain": 20.0},                     # the backlog cleared within a quarter of the span
     {"wait": 0.0, "ttft": 1.0},          # the first tokens came at once: the last call decodes long
+    {"calls": 2},                        # two calls at once: a burst, not a queue
 ])
 def test_a_closed_loop_a_stable_queue_or_a_long_last_call_is_not_flagged(kw):
     assert check_overload(doc(**kw)) is None
@@ -57,12 +58,13 @@ def test_every_call_at_one_instant_is_flagged_without_a_stretch():
 
 def test_the_reference_is_lru_shown_or_hidden_else_the_first_policy():
     hidden = doc(results={"oracle": {"bound": True, "arrival_span_s": 100.0, "drain_s": 0.0,
-                                     "wait_p50_s": 0.0, "ttft_p50_s": 1.0}})
+                                     "wait_p50_s": 0.0, "ttft_p50_s": 1.0, "calls": 100}})
     assert check_overload(hidden) is None
-    hidden["lru_reference"] = {"arrival_span_s": 100.0, "drain_s": 80.0, "wait_p50_s": 30.0, "ttft_p50_s": 31.0}
+    hidden["lru_reference"] = {"arrival_span_s": 100.0, "drain_s": 80.0, "wait_p50_s": 30.0, "ttft_p50_s": 31.0,
+                               "calls": 100}
     assert check_overload(hidden).reference == "lru"
     first = doc(results={"cachesage": {"arrival_span_s": 100.0, "drain_s": 80.0, "wait_p50_s": 30.0,
-                                       "ttft_p50_s": 31.0}})
+                                       "ttft_p50_s": 31.0, "calls": 100}})
     assert check_overload(first).reference == "cachesage"
     # a document without the fields (an older one, or a live engine's) is not judged
     assert check_overload({"config": {}, "results": {"lru": {"hit_rate": 0.5}}}) is None

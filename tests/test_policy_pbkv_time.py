@@ -143,11 +143,28 @@ def test_anchor_of_an_agent_without_live_threads_is_not_retired():
     rt, cache = setup(p)
     for i, wf in enumerate(["w1", "w2", "w3"]):
         call(rt, cache, wf, "a", [1, 2, 100 + i], 10.0 * i, 10.0 * i + 1)
-        rt.observe(ev.WorkflowEnded(10.0 * i + 1, wf, "default"))
+        call(rt, cache, wf, "b", [5, 200 + i], 10.0 * i + 2, 10.0 * i + 3)
+        rt.observe(ev.WorkflowEnded(10.0 * i + 3, wf, "default"))
     block1 = cache.roots["default"].children[1]
     assert p.anchor_density("default", 1) == pytest.approx(1 / 10.0)
     assert p.score(block1)[0] == 1                   # kept as live cache: the next thread reads it
     assert p.score(block1.children[2].children[102])[0] == 0
+
+
+def test_one_call_workflows_get_no_anchors():
+    """Without workflow identity (every call its own workflow, as Mooncake's), a workflow's end
+    does not mean its blocks are dead: anchors must not rank above them."""
+    p = PBKVTimePolicy()
+    rt, cache = setup(p)
+    for i, wf in enumerate(["w1", "w2", "w3"]):
+        call(rt, cache, wf, "a", [1, 2, 100 + i], 10.0 * i, 10.0 * i + 1)
+        rt.observe(ev.WorkflowEnded(10.0 * i + 1, wf, "default"))
+    block1 = cache.roots["default"].children[1]
+    assert p.anchor_density("default", 1) is None
+    assert p.score(block1)[0] == 0 and p.score(block1.children[2].children[102])[0] == 0
+    call(rt, cache, "w4", "a", [1, 2, 103], 40.0, 41.0)   # a workflow that goes on: anchors count
+    call(rt, cache, "w4", "a", [1, 2, 103, 104], 42.0, 43.0)
+    assert p.anchor_density("default", 1) is not None and p.score(block1)[0] == 1
 
 
 def _chain(root, hashes):

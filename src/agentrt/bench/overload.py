@@ -7,7 +7,8 @@ Model
   workflow only when another finishes, so its queue is bounded by the concurrency chosen.
 - Read on the reference run: LRU (the run every table compares against, shown or not), else the
   first policy that is not a bound.
-- Overloaded when both hold:
+- Overloaded when both hold (and the run has at least 20 calls: a handful of calls arriving
+  together is a burst, not a queue to warn about):
   - the backlog left at the last arrival took more than a quarter of the arrival span to clear
     (`drain_s > arrival_span_s / 4`). A stable queue clears within a few calls' latency; an
     unstable one grows through the run, by about (offered load - 1) x span;
@@ -32,6 +33,7 @@ from dataclasses import asdict, dataclass
 DRAIN_SHARE = 0.25     # backlog clearing longer than this share of the arrival span
 TTFT_SHARE = 0.25      # the median call's TTFT above this share of the backlog's clearing time
 TARGET_LOAD = 0.8      # what the suggestion aims at: 80% of the work the replica served
+MIN_CALLS = 20         # fewer calls make no queue worth the name (two calls 1 ms apart are a burst)
 
 
 @dataclass(slots=True)
@@ -77,7 +79,7 @@ def check_overload(doc: dict) -> Overload | None:
     name, r = ref
     span, drain = r.get("arrival_span_s"), r.get("drain_s")
     wait, ttft = r.get("wait_p50_s"), r.get("ttft_p50_s")
-    if None in (span, drain, wait, ttft):
+    if None in (span, drain, wait, ttft) or (r.get("calls") or 0) < MIN_CALLS:
         return None
     if not (drain > 0 and drain > DRAIN_SHARE * span and ttft > TTFT_SHARE * drain):
         return None

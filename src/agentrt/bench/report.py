@@ -60,6 +60,8 @@ def capacity_text(cfg: dict) -> str:
 
 def split_text(cfg: dict) -> str:
     train = cfg.get("train")
+    if train and train.get("untrained"):
+        return f"none held back: {', '.join(train['untrained'])} run untrained"
     if not train:
         return "none (no policy learns offline)"
     if cfg.get("train_path"):
@@ -141,12 +143,40 @@ def print_wide(console: Console, renderable: RenderableType) -> None:
 def print_result(doc: dict, console: Console | None = None) -> None:
     console = console or Console()
     print_wide(console, result_table(doc))
-    if "belady" in doc["results"]:
-        console.print("belady is offline: it ignores the GPU memory running requests hold, so no "
-                      "engine can reach it; oracle is clairvoyant under the simulator's own accounting.")
+    res = doc["results"]
+    if "belady" in res or "oracle" in res:
+        parts = []
+        if "belady" in res:
+            parts.append("belady is offline: it ignores the GPU memory running requests hold, so no "
+                         "engine can reach it")
+        if "oracle" in res:
+            parts.append("oracle is clairvoyant under the simulator's own accounting")
+        if doc["config"].get("host_blocks"):
+            parts.append("with a host tier the bounds are the GPU tier's: they maximise GPU hits, "
+                         "not GPU plus host hits, so a policy's total (or its prefill tokens) can "
+                         "beat them, and \"gap closed\" counts GPU hits only")
+        console.print("; ".join(parts) + ".")
     if doc.get("overload"):
         from agentrt.bench.overload import overload_text
         console.print(overload_text(doc["overload"]), style="bold yellow")
+    if (note := oversize_text(doc)) is not None:
+        console.print(note, style="bold yellow")
+
+
+def oversize_text(doc: dict) -> str | None:
+    """A note when calls need more KV blocks than the whole GPU pool: the simulator serves them
+    outside its memory accounting (engine.md), so their latencies are optimistic."""
+    res = doc.get("results") or {}
+    ref = res.get("lru") or doc.get("lru_reference") or next(
+        (r for r in res.values() if not r.get("bound")), None)
+    n = (ref or {}).get("oversize_calls") or 0
+    if not n:
+        return None
+    cfg = doc["config"]
+    return (f"{n:,} of {ref['calls']:,} calls ({n / max(1, ref['calls']):.0%}) need more KV blocks than "
+            f"the GPU pool's {cfg['gpu_blocks']:,}: the simulator serves them without the cache and "
+            f"outside its memory accounting (a real engine refuses them), so latencies at this "
+            f"capacity are optimistic; raise --gpu-blocks for figures that hold.")
 
 
 def plot_result(doc: dict, path: str | Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 from agentrt import defaults
 from agentrt.bench.output import SCHEMA_VERSION
@@ -166,9 +166,46 @@ def plan_split(source: TraceSource, policies: list[str], opts: BenchOptions) -> 
     split = {"source": opts.train_path, "workflows": k or None} if opts.train_path else None
     if k and not opts.train_path:
         split = {"source": f"first {k} of {source.workflows} workflows of the trace", "workflows": k}
+    learners = [p for p, c in classes.items() if c is not None and c.needs_training
+                and not (p in opts.policy_options and opts.policy_options[p].get("predictor"))]
+    if not k and not opts.train_path and learners:
+        # asked for, but nothing to learn from: say so instead of "no policy learns offline"
+        split = {"source": None, "workflows": 0,
+                 "untrained": learners}
+        _warn(f"no workflow is held back for training ({'--train-fraction 0' if frac == 0 else 'too few workflows'}): "
+              f"{', '.join(learners)} run untrained")
+    if opts.train_path and source.path is not None and _same_file(opts.train_path, source.path):
+        _warn(f"--train {opts.train_path} is the trace being scored: offline learners are scored on "
+              f"the workflows they were trained on (use --train-fraction for a held-out split)")
     if split is not None and notes:
         split["note"] = "; ".join(notes)
+    warn_time_scale(source, opts)
     return split
+
+
+def warn_time_scale(source: TraceSource, opts: BenchOptions) -> None:
+    """`--time-scale` stretches trace timestamps; a closed loop starts workflows as others finish
+    and spaces calls by their think times, which it does not stretch."""
+    conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
+    if conc and opts.time_scale != 1.0:
+        _warn(f"--time-scale {opts.time_scale:g} stretches the trace's timestamps, but this replay is "
+              f"closed loop ({conc} workflows at once): it starts workflows as others finish and "
+              f"does not stretch think or tool times, so only release timestamps on later calls "
+              f"move (for generated workloads, --tool-scale stretches tool times)")
+
+
+def _warn(msg: str) -> None:
+    import warnings
+
+    from agentrt.bench.source import BenchWarning
+    warnings.warn(msg, BenchWarning, stacklevel=3)
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
 
 
 def run_oracle(source: TraceSource, opts: BenchOptions, order: list[tuple[str, int]],

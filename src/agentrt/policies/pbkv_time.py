@@ -29,6 +29,12 @@ NSDI 2018), estimated from the runtime's knowledge of agents:
   workflows) is read by every thread of that agent: live threads count through their own
   densities; beyond them, the next new thread of the agent in any workflow of the tenant reads it.
   With new threads starting at mean gap g_a, that is a density of 1 / g_a (memoryless arrivals).
+  Anchors rank above the blocks of ended workflows, which is right only where a workflow's end
+  says its blocks are dead: a tenant whose workflows are all one call (a trace or client without
+  workflow identity, as Mooncake's: each turn of a conversation is its own "workflow", and the
+  next turn reads the "ended" one) gets no anchors until one of its workflows makes a second
+  call; its blocks then rank as PBKV-LAE's (LRU). With anchors there, PBKV-TA lost 1.8 points to
+  LRU on Mooncake's synthetic trace at a load that does not saturate the replica.
 - A block's key: blocks of finished workflows that are no anchor go first (LRU among them, as
   PBKV-LAE); then the lowest density (the sum over its live threads; an anchor block takes the larger
   of that and its agent's new-thread density); ties by recency.
@@ -90,6 +96,7 @@ class PBKVTimePolicy(PBKVPolicy):
         self._arrivals: dict[tuple[str, str], list] = {}      # agent -> [last thread start, SampleWindow]
         self._anchors: dict[str, dict[int, set[str]]] = {}    # tenant -> hash -> agents
         self._anchor_len: dict[tuple[str, str], int] = {}
+        self._multi: set[str] = set()     # tenants one of whose workflows made a second call
 
     # ------------------------------------------------------------------ observe
     def observe(self, e) -> None:
@@ -115,6 +122,8 @@ class PBKVTimePolicy(PBKVPolicy):
             if len(wf.path) >= 2:
                 self._judge(wf, wf.path[-2], info.agent, len(wf.path) - 1)
             self._learn_step(wf, info.agent)
+        if wf is not None and wf.calls >= 2:
+            self._multi.add(info.tenant)
         th = wf.threads.get(info.agent) if wf is not None else None
         if self.tails and th is not None and th.calls > 1 and th.last_node is not None:
             self._tail.setdefault(key, _Tail()).add(_dropped(th.last_node, info.hash_ids))
@@ -150,6 +159,8 @@ class PBKVTimePolicy(PBKVPolicy):
         self._anchor_len[key] = n
 
     def anchor_density(self, tenant: str, hash_id: int) -> float | None:
+        if tenant not in self._multi:
+            return None          # one-call workflows: their ends say nothing (see the docstring)
         agents = self._anchors.get(tenant)
         agents = agents.get(hash_id) if agents else None
         if not agents:
@@ -297,4 +308,5 @@ class PBKVTimePolicy(PBKVPolicy):
         n = sum(len(t) for t in self._anchors.values())
         online = self._steps.state_bytes() if self._steps is not None else 0
         return (super().state_bytes() + 120 * n + 150 * (self.times.entries() + len(self._arrivals))
+                + 60 * len(self._multi)
                 + online + self.judge.state_bytes() + 100 * len(self._out_len))
