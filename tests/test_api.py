@@ -114,3 +114,30 @@ def test_replicas_behind_a_router_with_the_cluster_oracle():
     assert res.config["oracle_reference"] == "lru"
     assert res["lru"]["n_replicas"] == 2 and res["oracle"]["bound"] is True
     assert res["oracle"]["hit_rate"] >= res["lru"]["hit_rate"]
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(workflows="5"), "workflows must be an integer"),
+    (dict(workflows=5.5), "workflows must be an integer"),
+    (dict(seed=None), "seed must be an integer"),
+    (dict(gpu_blocks=1000.7), "gpu_blocks must be an integer"),
+    (dict(gpu_blocks=True), "gpu_blocks must be an integer"),
+    (dict(time_scale="2"), "time_scale must be a number"),
+    (dict(policy_options=["x"]), "policy_options must be a dict"),
+    (dict(policy_options={"lru": 3}), "map each policy name to a dict"),
+])
+def test_simulate_refuses_wrong_types_naming_the_argument(kw, msg):
+    with pytest.raises(AgentrtError, match=msg):
+        agentrt.simulate("mix", "lru", **{"workflows": 5, **kw})
+
+
+def test_bad_policies_metric_and_output_suffix_are_agentrt_errors(tmp_path):
+    with pytest.raises(AgentrtError, match="policies must be"):
+        agentrt.simulate("mix", None, workflows=5)
+    r = agentrt.simulate("mix", "lru", workflows=5, gpu_blocks=2000)
+    with pytest.raises(AgentrtError, match="no result has metric 'nope'"):
+        agentrt.compare([r], "nope")
+    with pytest.raises(AgentrtError, match="must end in .json"):
+        r.to_json(tmp_path / "x.txt")
+    with pytest.raises(AgentrtError, match="must end in .csv"):
+        r.to_csv(tmp_path / "x.json")

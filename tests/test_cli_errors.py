@@ -108,7 +108,7 @@ def test_bad_bench_values_fail_before_any_work(monkeypatch, capsys, tmp_path, no
 def test_other_commands_check_their_values_and_paths(monkeypatch, capsys, tmp_path):
     d, f = str(tmp_path), str(tmp_path / "t.jsonl")
     cases = [
-        (["generate", "mix", "-o", f, "--block-size", "0"], "--block-size must be > 0, got 0"),
+        (["generate", "mix", "-o", f, "--block-size", "0"], "--block-size must be in 1..1,048,576 (what a trace holds), got 0"),
         (["generate", "mix", "-o", f, "--workflows", "0"], "--workflows must be > 0"),
         (["generate", "random", "-o", f, "--seed", "-1"], "--seed must be >= 0, got -1"),
         (["train", "--workload", "mix", "-o", f, "--seed", "-1"], "--seed must be >= 0, got -1"),
@@ -120,6 +120,13 @@ def test_other_commands_check_their_values_and_paths(monkeypatch, capsys, tmp_pa
         (["import", "ag2", d, "-o", d], f"-o {d}: is a directory"),
         (["train", "--workload", "mix", "-o", d], f"-o {d}: is a directory"),
         (["train", "--trace", d, "-o", f], f"--trace {d}: is a directory"),
+        # what generate and import write must read back (trace/limits.py)
+        (["generate", "mix", "-o", f, "--block-size", "2000000"], "--block-size must be in 1..1,048,576"),
+        (["generate", "mix", "-o", f, "--concurrency", "2000000"], "--concurrency must be at most 1,000,000"),
+        (["bench", "--workload", "mix", "--concurrency", "2000000"], "--concurrency must be at most 1,000,000"),
+        # paths the OS refuses although permissions allow them
+        (["generate", "mix", "-o", f"{d}/{'a' * 300}.jsonl"], "cannot be written"),
+        (["bench", "--workload", "mix", "--json", f"{d}/{'a' * 300}.json"], "cannot be written"),
     ]
     for args, msg in cases:
         line = error_of(monkeypatch, capsys, *args)
@@ -147,3 +154,11 @@ def test_version_from_the_entry_point():
     p = subprocess.run([sys.executable, "-m", "agentrt.cli", "--version"], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == f"agentrt {agentrt.__version__}"
+
+
+def test_a_trace_without_calls_is_an_error(monkeypatch, capsys, tmp_path):
+    for text in ("", '{"trace": "workflow-trace/1", "block_size": 16}\n'):
+        f = tmp_path / "t.jsonl"
+        f.write_text(text)
+        line = error_of(monkeypatch, capsys, "bench", "--trace", str(f), "--policies", "lru", "--quiet")
+        assert "the trace has no calls" in line and str(f) in line

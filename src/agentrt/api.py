@@ -71,19 +71,23 @@ class SimResult:
 
     def plot(self, path: str | Path) -> Path:
         """The PNG `agentrt bench --plot` writes."""
+        from agentrt.bench.plot import image_suffixes
         from agentrt.bench.report import plot_result
-        plot_result(self.doc, Path(path))
+        from agentrt.options import output_file
+        plot_result(self.doc, output_file(path, "plot", image_suffixes()))
         return Path(path)
 
     def to_json(self, path: str | Path) -> Path:
         """Write `doc` as `agentrt bench --json` does."""
         from agentrt.bench.output import write_json
-        return write_json(self.doc, path)
+        from agentrt.options import output_file
+        return write_json(self.doc, output_file(path, "to_json", (".json",)))
 
     def to_csv(self, path: str | Path) -> Path:
         """Write the table as `agentrt bench --csv` does."""
         from agentrt.bench.output import write_csv
-        return write_csv(self.doc, path)
+        from agentrt.options import output_file
+        return write_csv(self.doc, output_file(path, "to_csv", (".csv",)))
 
     def __repr__(self) -> str:
         rates = ", ".join(f"{p}={r['hit_rate']:.1%}" for p, r in self.doc["results"].items())
@@ -103,6 +107,19 @@ def _spec_source(spec, src) -> None:
     else:
         raise AgentrtError(f"{src!r} is neither a trace file nor a workload; workloads: "
                            f"{', '.join(workload_names())}")
+
+
+def _check_types(**values) -> None:
+    """name=(value, int or float, None allowed): a bool, a string or a fraction where a count is
+    asked is an `AgentrtError` naming the argument (the range checks come after, in
+    `BenchSpec.validate`)."""
+    for name, (value, kind, optional) in values.items():
+        if value is None and optional:
+            continue
+        ok = (isinstance(value, int) if kind is int else isinstance(value, (int, float)))
+        if isinstance(value, bool) or not ok:
+            want = "an integer" if kind is int else "a number"
+            raise AgentrtError(f"{name} must be {want}, got {value!r}")
 
 
 def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POLICIES,
@@ -134,7 +151,22 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
     `BenchSpec.validate`)."""
     from agentrt.bench.runner import BenchOptions
     from agentrt.bench.spec import BenchSpec
+    _check_types(gpu_blocks=(gpu_blocks, int, True), host_blocks=(host_blocks, int, False),
+                 concurrency=(concurrency, int, True), workflows=(workflows, int, False),
+                 seed=(seed, int, False), replicas=(replicas, int, False),
+                 tool_scale=(tool_scale, float, False), time_scale=(time_scale, float, False),
+                 train_fraction=(train_fraction, float, True), tool_hints=(tool_hints, float, True),
+                 transfer_gbps=(transfer_gbps, float, True))
+    for name, value in (("policy_options", policy_options), ("scheduler_options", scheduler_options)):
+        if value is not None and not isinstance(value, dict):
+            raise AgentrtError(f"{name} must be a dict, got {type(value).__name__}")
+    if policy_options and not all(isinstance(v, dict) for v in policy_options.values()):
+        raise AgentrtError("policy_options must map each policy name to a dict of options")
+    if not isinstance(policies, (str, list, tuple)):
+        raise AgentrtError(f"policies must be a list of names or 'a,b,c', got {type(policies).__name__}")
     names = [p.strip() for p in policies.split(",")] if isinstance(policies, str) else list(policies)
+    if not all(isinstance(p, str) for p in names):
+        raise AgentrtError("policies must be names (strings)")
     opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
                         concurrency=concurrency, seed=seed, time_scale=time_scale,
                         train_fraction=train_fraction, train_path=str(train) if train else None,
@@ -153,6 +185,9 @@ def compare(results: Iterable[SimResult], metric: str = "hit_rate") -> list[dict
     """One row per run of several results (e.g. a sweep over `gpu_blocks`): the run's config
     values that differ between the runs, then `metric` per policy."""
     results = list(results)
+    if results and not any(metric in v for r in results for v in r.doc["results"].values()):
+        known = sorted({k for r in results for v in r.doc["results"].values() for k in v})
+        raise AgentrtError(f"no result has metric {metric!r}; metrics: {', '.join(known)}")
     keys = [k for k in results[0].config if any(r.config.get(k) != results[0].config.get(k)
                                                 for r in results)] if results else []
     rows = []

@@ -156,7 +156,13 @@ def input_file(path: str | os.PathLike, what: str) -> Path:
 def output_file(path: str | os.PathLike, what: str, suffixes: tuple[str, ...] = ()) -> Path:
     """A file to write (its folders are created): not a directory, under a writable folder, with
     one of `suffixes` (lower case, with the dot) when given."""
-    p = Path(path)
+    try:
+        return _output_file(Path(path), str(path), what, suffixes)
+    except OSError as e:             # a name too long, a path the OS refuses to look up
+        raise AgentrtError(f"{what} {path}: cannot be written ({e.strerror or e})") from None
+
+
+def _output_file(p: Path, path: str, what: str, suffixes: tuple[str, ...]) -> Path:
     if p.is_dir() or str(path).endswith(("/", os.sep)):
         raise AgentrtError(f"{what} {p}: is a directory; give a file name")
     if suffixes and p.suffix.lower() not in suffixes:
@@ -168,4 +174,13 @@ def output_file(path: str | os.PathLike, what: str, suffixes: tuple[str, ...] = 
         raise AgentrtError(f"{what} {p}: {parent} is a file, not a directory")
     if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
         raise AgentrtError(f"{what} {p}: cannot write under {parent} (permission denied)")
+    if parent is not None and parent == p.absolute().parent and not p.exists():
+        # what permissions do not tell (a name too long, a file system that refuses files, as
+        # /proc): try it, and leave nothing behind
+        try:
+            with open(p, "x"):
+                pass
+        except OSError as e:
+            raise AgentrtError(f"{what} {p}: cannot be written ({e.strerror or e})") from None
+        p.unlink(missing_ok=True)
     return p

@@ -55,6 +55,9 @@ class BenchOptions:
         positive(self.gpu_blocks, "gpu_blocks", cli)
         positive(self.host_blocks, "host_blocks", cli, allow_zero=True)
         positive(self.concurrency, "concurrency", cli)
+        from agentrt.trace.limits import MAX_CONCURRENCY
+        if self.concurrency is not None and self.concurrency > MAX_CONCURRENCY:
+            raise AgentrtError(f"{flag('concurrency', cli)} must be at most {MAX_CONCURRENCY:,}, got {self.concurrency}")
         positive(self.time_scale, "time_scale", cli)
         positive(self.max_batch_tokens, "max_batch_tokens", cli)
         positive(self.max_running, "max_running", cli)

@@ -120,6 +120,9 @@ def file_source(path: str | Path) -> TraceSource:
     """A trace file; the whole file is validated once up front, so a bad line stops the run early."""
     reader = TraceReader(path)
     calls, workflows, agents = _count(reader)
+    if calls == 0:
+        raise AgentrtError(f"{path}: the trace has no calls (an empty file, or a header alone): "
+                           f"nothing to replay")
     return TraceSource(str(path), Path(path), reader.header, calls, workflows, agent_calls=agents)
 
 

@@ -172,7 +172,13 @@ def make_policy(name: str, **options) -> Policy:
     if name not in table:
         raise unknown_name("policy", name, policy_names())
     factory = table[name][0]
-    from agentrt.options import policy_flag_names
+    from agentrt.options import policy_flag_names, policy_option_names
+    valid = policy_option_names(name)
+    if valid is not None:
+        unknown = sorted(set(options) - set(valid) - {"seed"})
+        if unknown:
+            raise AgentrtError(f"bad option for policy '{name}': no option {', '.join(map(repr, unknown))}; "
+                               f"valid options: {', '.join(valid) or 'none'}")
     for opt in sorted(policy_flag_names(name) & options.keys()):
         if not isinstance(options[opt], bool):
             raise AgentrtError(f"bad option for policy '{name}': {opt} must be true or false, "
@@ -180,4 +186,5 @@ def make_policy(name: str, **options) -> Policy:
     try:
         return factory(**options)
     except TypeError as e:
-        raise AgentrtError(f"bad option for policy '{name}': {e}") from None
+        given = ", ".join(f"{k}={v!r}" for k, v in options.items() if k != "seed")
+        raise AgentrtError(f"bad option for policy '{name}': a value of the wrong type ({given}): {e}") from None

@@ -8,6 +8,8 @@ workflow when the file ends.
 
 from __future__ import annotations
 
+from agentrt.trace.limits import MAX_CONCURRENCY, MAX_TOKENS
+
 from dataclasses import dataclass, field
 
 from agentrt.trace.limits import GENERATED_PREFIX
@@ -29,10 +31,11 @@ class TraceHeader:
     has_header: bool = False
 
     def __post_init__(self) -> None:
-        if self.block_size <= 0:
-            raise ValueError(f"block_size must be > 0, got {self.block_size}")
-        if self.concurrency is not None and self.concurrency <= 0:
-            raise ValueError(f"concurrency must be > 0, got {self.concurrency}")
+        # the reader's bounds (trace/limits.py): a trace written must read back
+        if not 0 < self.block_size <= MAX_TOKENS:
+            raise ValueError(f"block_size must be in 1..{MAX_TOKENS:,}, got {self.block_size}")
+        if self.concurrency is not None and not 0 < self.concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"concurrency must be in 1..{MAX_CONCURRENCY:,}, got {self.concurrency}")
 
     def to_json(self) -> dict:
         out: dict = {"trace": TRACE_VERSION, "block_size": self.block_size}

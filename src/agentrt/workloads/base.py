@@ -26,6 +26,8 @@ than the agent path tells, never everything (the coin stays a coin even at noise
 
 from __future__ import annotations
 
+from agentrt.trace.limits import MAX_CONCURRENCY
+
 import hashlib
 import math
 from collections.abc import Hashable, Iterator, Mapping
@@ -59,8 +61,8 @@ class GenConfig:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
         if self.rate is not None and self.rate <= 0:
             raise ValueError(f"rate must be > 0, got {self.rate}")
-        if self.concurrency is not None and self.concurrency <= 0:
-            raise ValueError(f"concurrency must be > 0, got {self.concurrency}")
+        if self.concurrency is not None and not 0 < self.concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"concurrency must be in 1..{MAX_CONCURRENCY:,}, got {self.concurrency}")
         if self.rate is None and self.concurrency is None:
             self.concurrency = 16
         if not 0.0 <= self.noise <= 10.0:

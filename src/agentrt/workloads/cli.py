@@ -18,6 +18,7 @@ import typer
 from agentrt import defaults
 from agentrt.errors import AgentrtError
 from agentrt.options import input_file, output_file, positive
+from agentrt.trace.limits import MAX_CONCURRENCY, MAX_TOKENS
 
 
 def _arrivals(rate: Optional[float], concurrency: Optional[int]) -> None:
@@ -25,6 +26,14 @@ def _arrivals(rate: Optional[float], concurrency: Optional[int]) -> None:
         raise AgentrtError("give either --rate or --concurrency, not both")
     positive(rate, "rate", cli=True)
     positive(concurrency, "concurrency", cli=True)
+    if concurrency is not None and concurrency > MAX_CONCURRENCY:
+        raise AgentrtError(f"--concurrency must be at most {MAX_CONCURRENCY:,} (what a trace header "
+                           f"holds), got {concurrency}")
+
+
+def _block_size(block_size: int) -> None:
+    if not 0 < block_size <= MAX_TOKENS:
+        raise AgentrtError(f"--block-size must be in 1..{MAX_TOKENS:,} (what a trace holds), got {block_size}")
 
 
 def workloads() -> None:
@@ -66,8 +75,7 @@ def generate(
         raise AgentrtError(f"--workflows must be > 0, got {workflows}")
     if seed < 0:
         raise AgentrtError(f"--seed must be >= 0, got {seed}")
-    if block_size <= 0:
-        raise AgentrtError(f"--block-size must be > 0, got {block_size}")
+    _block_size(block_size)
     positive(tool_scale, "tool_scale", cli=True)
     if not 0.0 <= noise <= 10.0:
         raise AgentrtError(f"--noise must be in [0, 10], got {noise}")
@@ -143,8 +151,7 @@ def import_ag2_cmd(
         raise AgentrtError(f"import ag2 {src}: no such directory or file (give a directory of AG2 "
                            f"log files, *.json, or one log file)")
     _arrivals(rate, concurrency)
-    if block_size <= 0:
-        raise AgentrtError(f"--block-size must be > 0, got {block_size}")
+    _block_size(block_size)
     positive(think_ms, "think_ms", cli=True, allow_zero=True)
     output_file(out, "-o")
     if rate is None and concurrency is None:
