@@ -162,3 +162,22 @@ def test_a_trace_without_calls_is_an_error(monkeypatch, capsys, tmp_path):
         f.write_text(text)
         line = error_of(monkeypatch, capsys, "bench", "--trace", str(f), "--policies", "lru", "--quiet")
         assert "the trace has no calls" in line and str(f) in line
+
+
+def test_flags_the_run_would_ignore_are_errors(monkeypatch, capsys, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 64, "output_length": 1, "hash_ids": [1]}\n')
+    (tmp_path / "logs").mkdir()
+    cases = [
+        (["bench", "--workload", "mix", "--router", "agent"], "give --replicas N"),
+        (["bench", "--workload", "mix", "--transfer-gbps", "25"], "give --replicas N"),
+        (["bench", "--workload", "mix", "--scale", "0.5"], "--scale: for --engine vllm only"),
+        (["bench", "--workload", "mix", "--vllm-blocks", "5", "--model-size", "small"],
+         "--model-size, --vllm-blocks: for --engine vllm only"),
+        (["bench", "--trace", str(trace), "--workflows", "5"], "with --trace they would be ignored"),
+        (["bench", "--trace", str(trace), "--tool-scale", "4"], "with --trace they would be ignored"),
+        (["import", "ag2", str(tmp_path / "logs"), "-o", str(tmp_path / "a.jsonl")], "no AG2 log (*.json) found"),
+    ]
+    for args, msg in cases:
+        line = error_of(monkeypatch, capsys, *args)
+        assert msg in line, (args, line)

@@ -101,6 +101,13 @@ def bench(
 ) -> None:
     """Replay a trace under several policies and print hit rates, TTFT percentiles, end-to-end latency and throughput."""
     from agentrt.bench.report import print_result
+    if engine != "vllm":
+        live = [f for f, given in (("--model-size", model_size != "tiny"), ("--vllm-blocks", vllm_blocks != 256),
+                                   ("--scale", scale != 0.25), ("--think-scale", think_scale != 1.0),
+                                   ("--max-calls", max_calls is not None), ("--log-dir", log_dir is not None),
+                                   ("--no-tenant-shares", not tenant_shares)) if given]
+        if live:
+            raise AgentrtError(f"{', '.join(live)}: for --engine vllm only (the simulator would ignore them)")
     spec = bench_spec(trace=trace, workload=workload, policies=policies, engine=engine,
                       gpu_blocks=gpu_blocks, host_blocks=host_blocks, preset=preset, seed=seed,
                       workflows=workflows, concurrency=concurrency, tool_scale=tool_scale,

@@ -72,7 +72,8 @@ class RuntimeBridge(ActLoop):
                  max_tenant_labels: int = 256, scheduler: str = "fcfs",
                  scheduler_options: dict | None = None) -> None:
         if policy in BOUNDS:
-            raise AgentrtError(f"'{policy}' is an offline bound, not a policy a server can run")
+            raise AgentrtError(f"'{policy}' is a bound (it needs the future of a trace), not a policy "
+                               f"a server can run")
         pol = make_policy(policy, **(options or {}))
         if pol.needs_training:
             log.warning("policy %s learns offline; behind the server it runs untrained%s", policy,

@@ -163,6 +163,8 @@ def import_ag2_cmd(
         print(f"skipped {f}: {problem}", file=sys.stderr)
     if res.workflows == 0:
         out.unlink(missing_ok=True)
+        if not res.errors:
+            raise AgentrtError(f"no AG2 log (*.json) found in {src}")
         raise AgentrtError(f"no log could be imported from {src} ({len(res.errors)} bad, see above)")
     typer.echo(f"wrote {res.calls} calls of {res.workflows} workflows to {out}"
                + (f" ({len(res.errors)} files skipped)" if res.errors else ""))
