@@ -177,7 +177,24 @@ def test_flags_the_run_would_ignore_are_errors(monkeypatch, capsys, tmp_path):
         (["bench", "--trace", str(trace), "--workflows", "5"], "with --trace they would be ignored"),
         (["bench", "--trace", str(trace), "--tool-scale", "4"], "with --trace they would be ignored"),
         (["import", "ag2", str(tmp_path / "logs"), "-o", str(tmp_path / "a.jsonl")], "no AG2 log (*.json) found"),
+        (["generate", "team", "-o", str(tmp_path / "t.jsonl.bz2")], "written as .jsonl or .jsonl.gz, not .bz2"),
     ]
     for args, msg in cases:
         line = error_of(monkeypatch, capsys, *args)
         assert msg in line, (args, line)
+
+
+def test_an_upper_case_gz_name_is_compressed_and_read_back(tmp_path):
+    import gzip
+
+    from agentrt.trace.reader import TraceReader
+    from agentrt.trace.schema import TraceHeader
+    from agentrt.trace.writer import write_trace
+    from agentrt.workloads.base import GenConfig
+    from agentrt.workloads.registry import get_workload
+    wl, cfg = get_workload("team"), GenConfig(workflows=2)
+    out = tmp_path / "T.JSONL.GZ"
+    n = write_trace(out, wl.header(cfg), wl.generate(cfg))
+    with gzip.open(out, "rt") as f:
+        assert '"workflow-trace/1"' in f.readline()
+    assert sum(1 for _ in TraceReader(out)) == n and isinstance(TraceReader(out).header, TraceHeader)

@@ -21,6 +21,7 @@ BOUND_STYLES = {"lru": ("#333333", "-"), "oracle": ("#2a9d8f", "--"), "belady": 
                 "infinite": ("#999999", ":")}
 LATENCIES = [("ttft_mean_s", "TTFT mean"), ("ttft_p90_s", "TTFT p90"), ("ttft_p99_s", "TTFT p99"),
              ("tpot_mean_s", "TPOT mean"), ("e2e_mean_s", "E2E workflow mean")]
+IN_MS = {"tpot_mean_s"}      # per-token times read in milliseconds
 
 
 def image_suffixes() -> tuple[str, ...]:
@@ -74,16 +75,17 @@ def _latency_panels(fig, grid, doc: dict) -> None:
     base = res.get("lru")
     first = None
     for i, (key, title) in enumerate(metrics):
-        ax = fig.add_subplot(grid[1, i], sharey=first)
+        ax = fig.add_subplot(grid[1, i], sharey=first)   # one y axis (the policies); x per panel
         first = first or ax
-        vals = [res[n].get(key) or 0.0 for n in timed]
+        k = 1000.0 if key in IN_MS else 1.0
+        vals = [k * (res[n].get(key) or 0.0) for n in timed]
         bars = ax.barh(timed, vals, color=LAT_COLOR)
-        ref = base.get(key) if base else None
+        ref = k * base[key] if base and base.get(key) else None
         labels = [(f"{v:.3f}" if v < 10 else f"{v:.1f}")
                   + (f" ({_change(v, ref)})" if ref and n != "lru" else "") for n, v in zip(timed, vals)]
         ax.bar_label(bars, labels=labels, fontsize=7, padding=2)
         ax.set_xlim(0, max(vals) * 1.7 if max(vals) > 0 else 1)
-        ax.set_title(f"{title} (s{'; change vs LRU' if ref else ''})", fontsize=9)
+        ax.set_title(f"{title} ({'ms' if k > 1 else 's'}{'; change vs LRU' if ref else ''})", fontsize=9)
         ax.tick_params(labelsize=7)
         if i:
             ax.tick_params(axis="y", labelleft=False)

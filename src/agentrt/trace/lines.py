@@ -35,14 +35,14 @@ def open_binary(path: str | Path) -> BinaryIO:
     if p.is_dir():
         raise TraceError(str(path), 0, None, "is a directory, not a trace file")
     try:
-        return gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")
+        return gzip.open(p, "rb") if p.suffix.lower() == ".gz" else open(p, "rb")
     except OSError as e:
         raise TraceError(str(path), 0, None, f"cannot open ({e.strerror or e})") from None
 
 
 def raw_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
     """(line number, bytes) for every line, blank ones included."""
-    gz = Path(path).suffix == ".gz"
+    gz = Path(path).suffix.lower() == ".gz"
     with open_binary(path) as f:
         lineno = 0
         while True:

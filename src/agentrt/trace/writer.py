@@ -28,7 +28,7 @@ class TraceWriter:
 
     def __enter__(self) -> "TraceWriter":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.suffix == ".gz":
+        if self.path.suffix.lower() == ".gz":
             self._f = io.TextIOWrapper(gzip.open(self.path, "wb"), encoding="utf-8")
         else:
             self._f = open(self.path, "w", encoding="utf-8")

@@ -31,6 +31,14 @@ def _arrivals(rate: Optional[float], concurrency: Optional[int]) -> None:
                            f"holds), got {concurrency}")
 
 
+def _trace_name(out: Path) -> None:
+    """Traces are written plain or gzip-compressed (by the name): refuse a name that promises
+    another compression rather than write plain text under it."""
+    name = out.name.lower()
+    if name.endswith((".bz2", ".xz", ".zst", ".lz4", ".zip")):
+        raise AgentrtError(f"-o {out}: traces are written as .jsonl or .jsonl.gz, not {out.suffix}")
+
+
 def _block_size(block_size: int) -> None:
     if not 0 < block_size <= MAX_TOKENS:
         raise AgentrtError(f"--block-size must be in 1..{MAX_TOKENS:,} (what a trace holds), got {block_size}")
@@ -79,6 +87,7 @@ def generate(
     positive(tool_scale, "tool_scale", cli=True)
     if not 0.0 <= noise <= 10.0:
         raise AgentrtError(f"--noise must be in [0, 10], got {noise}")
+    _trace_name(out)
     output_file(out, "-o")
     if rate is None and concurrency is None:
         concurrency = defaults.CONCURRENCY
@@ -153,6 +162,7 @@ def import_ag2_cmd(
     _arrivals(rate, concurrency)
     _block_size(block_size)
     positive(think_ms, "think_ms", cli=True, allow_zero=True)
+    _trace_name(out)
     output_file(out, "-o")
     if rate is None and concurrency is None:
         concurrency = defaults.CONCURRENCY
