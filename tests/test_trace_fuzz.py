@@ -190,6 +190,18 @@ def test_unsorted_starts_warn_on_screen(tmp_path):
     assert out.returncode == 0 and "warning: " in out.stderr and "out of timestamp order" in out.stderr
 
 
+def test_unsorted_starts_warn_once_per_file_however_many_passes(tmp_path):
+    import warnings
+    p = lines_file(tmp_path / "o.jsonl", [HEADER, call(workflow="a", timestamp=100, hash_ids=[1]),
+                                          call(workflow="b", timestamp=5, hash_ids=[2])])
+    with pytest.warns(TraceWarning, match="1 workflow start"):
+        read_all(p)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        read_all(p)
+    assert not [w for w in seen if issubclass(w.category, TraceWarning)]
+
+
 def test_unchained_hash_ids_are_rejected(tmp_path):
     e = error_of(lines_file(tmp_path / "c.jsonl", [HEADER, call(input_length=48, hash_ids=[1, 1, 1])]))
     assert e.field == "hash_ids" and "positions 0 and 1" in e.message

@@ -66,11 +66,21 @@ class _Starts:
                             f"{self.latest_line} started one at {self.latest:g} ms")
 
     def warn(self, path: str) -> None:
-        if self.count:
-            warnings.warn(f"{path}: {self.count} workflow start(s) out of timestamp order (first: "
-                          f"{self.example}); an open-loop replay issues them late, when it reads "
-                          f"them, so their latencies are off. Sort the file by start time",
-                          TraceWarning, stacklevel=3)
+        if not self.count:
+            return
+        msg = (f"{path}: {self.count} workflow start(s) out of timestamp order (first: "
+               f"{self.example}); an open-loop replay issues them late, when it reads "
+               f"them, so their latencies are off. Sort the file by start time")
+        # once per process and file, however many passes read it (a bench reads it once per policy)
+        if msg in _WARNED:
+            return
+        if len(_WARNED) >= 256:
+            _WARNED.clear()
+        _WARNED.add(msg)
+        warnings.warn(msg, TraceWarning, stacklevel=3)
+
+
+_WARNED: set[str] = set()
 
 
 class TraceReader:
