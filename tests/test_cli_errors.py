@@ -169,8 +169,8 @@ def test_flags_the_run_would_ignore_are_errors(monkeypatch, capsys, tmp_path):
     trace.write_text('{"timestamp": 0, "input_length": 64, "output_length": 1, "hash_ids": [1]}\n')
     (tmp_path / "logs").mkdir()
     cases = [
-        (["bench", "--workload", "mix", "--router", "agent"], "give --replicas N"),
-        (["bench", "--workload", "mix", "--transfer-gbps", "25"], "give --replicas N"),
+        (["bench", "--workload", "mix", "--router", "agent"], "--router needs --replicas 2 or more"),
+        (["bench", "--workload", "mix", "--transfer-gbps", "25"], "--transfer-gbps needs --replicas 2 or more"),
         (["bench", "--workload", "mix", "--scale", "0.5"], "--scale: for --engine vllm only"),
         (["bench", "--workload", "mix", "--vllm-blocks", "5", "--model-size", "small"],
          "--model-size, --vllm-blocks: for --engine vllm only"),

@@ -46,9 +46,6 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
         raise AgentrtError("--cache-at is for the simulator (vLLM itself caches blocks when they are scheduled)")
     if trace is not None and workload is not None:
         raise AgentrtError("give either --trace or --workload, not both")
-    if replicas == 1 and (router is not None or transfer_gbps is not None):
-        raise AgentrtError("--router and --transfer-gbps spread calls over replicas: give --replicas N "
-                           "(N > 1) too")
     if trace is not None and (workflows != defaults.WORKFLOWS or tool_scale != 1.0):
         raise AgentrtError("--workflows and --tool-scale shape a generated workload; with --trace they "
                            "would be ignored (generate a trace with `agentrt generate` to change them)")

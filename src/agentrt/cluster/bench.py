@@ -48,6 +48,9 @@ def check_cluster_run(policies: list[str], replicas: int, router: str | None, cl
                                f"future is its own): drop 'oracle' from the policies or {tflag}")
     if router is not None:
         check_router(router)
+        if replicas < 2:
+            rflag = "--router" if cli else "router"
+            raise AgentrtError(f"{rflag} needs {flag} 2 or more (it spreads calls over replicas)")
     if replicas > 1:
         bounds = [p for p in policies if p in BOUNDS and p not in SIM_BOUNDS]
         if bounds:
