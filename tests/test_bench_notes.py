@@ -73,3 +73,19 @@ def test_training_on_the_scored_trace_is_a_warning(tmp_path):
                     "--concurrency", "4", "-o", str(trace)], check=True, capture_output=True)
     p = bench("--trace", str(trace), "--train", str(trace), "--policies", "lru,pbkv-he", "--gpu-blocks", "300")
     assert "is the trace being scored" in p.stderr
+
+
+def test_a_predictor_that_knows_none_of_the_agents_is_a_warning(tmp_path):
+    def gen(name):
+        out = tmp_path / f"{name}.jsonl"
+        subprocess.run([sys.executable, "-m", "agentrt.cli", "generate", name, "--workflows", "12",
+                        "--concurrency", "4", "-o", str(out)], check=True, capture_output=True)
+        return out
+    swe, he = gen("swebench"), gen("humaneval")
+    model = tmp_path / "swe.pt"
+    subprocess.run([sys.executable, "-m", "agentrt.cli", "train", "--trace", str(swe), "-o", str(model)],
+                   check=True, capture_output=True, timeout=300)
+    p = bench("--trace", str(he), "--predictor", str(model), "--policies", "lru,pbkv-he", "--gpu-blocks", "300")
+    assert "knows none of the agents" in p.stderr and "coder, locator, planner, tester" in p.stderr
+    p = bench("--trace", str(swe), "--predictor", str(model), "--policies", "lru,pbkv-he", "--gpu-blocks", "300")
+    assert "knows none" not in p.stderr

@@ -34,6 +34,7 @@ class TraceSource:
     train_workflows: int = 0
     _tmp: tempfile.TemporaryDirectory | None = None
     agent_calls: int = -1   # calls that name their agent (-1: not counted)
+    agent_names: frozenset = frozenset()   # the agents calls name (at most MAX_AGENT_NAMES kept)
     # predictors trained on this source's split, shared by the policies asking for the same one
     # (per source, not per process, so no run sees what another run trained)
     trained: dict = field(default_factory=dict)
@@ -100,14 +101,20 @@ class TraceSource:
             self._tmp = None
 
 
-def _count(reader: TraceReader) -> tuple[int, int, int]:
-    """(calls, workflows, calls naming their agent), validating every line on the way."""
+MAX_AGENT_NAMES = 10_000
+
+
+def _count(reader: TraceReader, names: set | None = None) -> tuple[int, int, int]:
+    """(calls, workflows, calls naming their agent), validating every line on the way; the
+    agent names go into `names` (up to MAX_AGENT_NAMES) when given."""
     calls = workflows = agents = 0
     open_wfs: set[str] = set()
     for c in reader:
         calls += 1
         if c.agent is not None:
             agents += 1
+            if names is not None and len(names) < MAX_AGENT_NAMES:
+                names.add(c.agent)
         if c.workflow not in open_wfs:
             workflows += 1
             open_wfs.add(c.workflow)
@@ -119,11 +126,13 @@ def _count(reader: TraceReader) -> tuple[int, int, int]:
 def file_source(path: str | Path) -> TraceSource:
     """A trace file; the whole file is validated once up front, so a bad line stops the run early."""
     reader = TraceReader(path)
-    calls, workflows, agents = _count(reader)
+    names: set = set()
+    calls, workflows, agents = _count(reader, names)
     if calls == 0:
         raise AgentrtError(f"{path}: the trace has no calls (an empty file, or a header alone): "
                            f"nothing to replay")
-    return TraceSource(str(path), Path(path), reader.header, calls, workflows, agent_calls=agents)
+    return TraceSource(str(path), Path(path), reader.header, calls, workflows, agent_calls=agents,
+                       agent_names=frozenset(names))
 
 
 def workload_source(name: str, cfg: GenConfig) -> TraceSource:
@@ -132,9 +141,10 @@ def workload_source(name: str, cfg: GenConfig) -> TraceSource:
     path = Path(tmp.name) / f"{name}.jsonl"
     write_trace(path, wl.header(cfg), wl.generate(cfg))
     reader = TraceReader(path)
-    calls, workflows, agents = _count(reader)
+    names: set = set()
+    calls, workflows, agents = _count(reader, names)
     return TraceSource(f"workload:{name} (workflows={cfg.workflows}, seed={cfg.seed})", path,
-                       reader.header, calls, workflows, 0, tmp, agents)
+                       reader.header, calls, workflows, 0, tmp, agents, frozenset(names))
 
 
 class BenchWarning(UserWarning):
@@ -163,6 +173,7 @@ def predictor_holdback(source: TraceSource, paths: list[str], held: int) -> tupl
     from agentrt.predict.provenance import read_provenance
     notes: list[str] = []
     for path in paths:
+        _warn_foreign_predictor(source, path)
         prov = read_provenance(path)
         if prov is None:
             warnings.warn(f"predictor {path} does not record what it was trained on (saved by an "
@@ -187,3 +198,17 @@ def predictor_holdback(source: TraceSource, paths: list[str], held: int) -> tupl
                          f"{held} of this trace: the first {held} workflows are held back and "
                          f"every policy is scored on the rest")
     return held, notes
+
+
+def _warn_foreign_predictor(source: TraceSource, path: str) -> None:
+    """Warn when a saved predictor knows none of the agents this trace names: its forecasts then
+    cover no call (PBKV-HE ranks as PBKV-LAE; PBKV-TA forecasts from its online model)."""
+    from agentrt.predict.io import load_dict
+    if not source.agent_names:
+        return
+    known = load_dict(path).get("agents") or []
+    if not set(known) & source.agent_names:
+        shown = ", ".join(sorted(map(str, known))[:8]) + (", ..." if len(known) > 8 else "")
+        warnings.warn(f"predictor {path} knows none of the agents of {source.label} (it knows: "
+                      f"{shown}): its forecasts cover no call; train one on this application "
+                      f"(`agentrt train`)", BenchWarning, stacklevel=3)
