@@ -45,7 +45,8 @@ def load_text(cfg: dict) -> str:
     scale = cfg.get("time_scale", 1.0) or 1.0
     stretch = f", times x{scale:g}" if scale != 1.0 else ""
     if conc:
-        return f"closed loop, {conc:,} workflows at once{stretch}"
+        # a closed loop stretches only release timestamps of later calls, if the trace has any
+        return f"closed loop, {conc:,} workflows at once{stretch + ' (timestamps only)' if stretch else ''}"
     return f"open loop, the trace's arrival times{stretch}"
 
 
