@@ -141,3 +141,11 @@ def test_bad_policies_metric_and_output_suffix_are_agentrt_errors(tmp_path):
         r.to_json(tmp_path / "x.txt")
     with pytest.raises(AgentrtError, match="must end in .csv"):
         r.to_csv(tmp_path / "x.json")
+
+
+def test_numpy_numbers_are_accepted_and_written_as_plain_numbers(tmp_path):
+    np = pytest.importorskip("numpy")
+    r = agentrt.simulate("mix", "lru", workflows=np.int64(4), gpu_blocks=np.int64(2000),
+                         time_scale=np.float64(1.0))
+    assert r.config["gpu_blocks"] == 2000 and type(r.config["gpu_blocks"]) is int
+    r.to_json(tmp_path / "r.json")

@@ -198,8 +198,28 @@ def test_one_workflow_naming_an_agent_per_call_stays_bounded():
 
 
 def test_label_cap_per_key():
+    alone = LabelCap(8, 2)
+    assert [alone(f"a{i}", "A") for i in range(9)] == [f"a{i}" for i in range(8)] + ["other"]
     cap = LabelCap(8, 2)
-    assert [cap(f"a{i}", "A") for i in range(3)] == ["a0", "a1", "other"]
+    assert [cap(f"a{i}", "A") for i in range(3)] == ["a0", "a1", "a2"]  # one tenant: no share yet
     assert cap("a0", "B") == "a0"                                        # seen: anyone reads it
     assert [cap(f"b{i}", "B") for i in range(3)] == ["b0", "b1", "other"]
+    assert cap("a3", "A") == "other"                                     # two tenants: shares hold
     assert LabelCap(2)("x") == "x"                                       # no per-key limit
+
+
+def test_pbkv_ta_agent_tables_stay_bounded_when_a_client_invents_agents(monkeypatch):
+    import agentrt.policies.pbkv_time as pt
+    import agentrt.policies.timing as tm
+    monkeypatch.setattr(pt, "MAX_AGENT_KEYS", 50)
+    monkeypatch.setattr(tm, "MAX_AGENT_KEYS", 50)
+    b = RuntimeBridge("pbkv-ta")
+    for i in range(400):                        # two workflows per agent: anchors get confirmed
+        for w in ("a", "b"):
+            call(b, "team-a", f"x{i}", f"{w}{i}", f"agent {i} " * 60)
+            call(b, "team-a", f"x{i}", f"{w}{i}", f"agent {i} " * 60, user="again")
+    p = b.runtime.policy
+    assert len(p._arrivals) <= 50 and len(p._anchor_of) == 50 and len(p._tail) <= 50   # the cap was reached
+    assert all(len(t) <= 50 for t in (p.times.svc, p.times.gap, p.times.tool_log, p.times.err_log))
+    held = {a for table in p._anchors.values() for agents in table.values() for a in agents}
+    assert held <= {agent for _, agent in p._anchor_of}             # dropped agents left the table

@@ -15,6 +15,7 @@ time.
 
 from __future__ import annotations
 
+import numbers
 import os
 import warnings
 from collections.abc import Iterable, Sequence
@@ -109,17 +110,21 @@ def _spec_source(spec, src) -> None:
                            f"{', '.join(workload_names())}")
 
 
-def _check_types(**values) -> None:
-    """name=(value, int or float, None allowed): a bool, a string or a fraction where a count is
-    asked is an `AgentrtError` naming the argument (the range checks come after, in
-    `BenchSpec.validate`)."""
+def _check_types(**values) -> dict:
+    """name=(value, int or float, None allowed) -> {name: value as a plain int or float}: a bool,
+    a string or a fraction where a count is asked is an `AgentrtError` naming the argument (the
+    range checks come after, in `BenchSpec.validate`). NumPy numbers pass, as Python's."""
+    out = {}
     for name, (value, kind, optional) in values.items():
         if value is None and optional:
+            out[name] = None
             continue
-        ok = (isinstance(value, int) if kind is int else isinstance(value, (int, float)))
+        ok = isinstance(value, numbers.Integral if kind is int else numbers.Real)
         if isinstance(value, bool) or not ok:
             want = "an integer" if kind is int else "a number"
             raise AgentrtError(f"{name} must be {want}, got {value!r}")
+        out[name] = int(value) if kind is int else float(value)
+    return out
 
 
 def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POLICIES,
@@ -151,12 +156,16 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
     `BenchSpec.validate`)."""
     from agentrt.bench.runner import BenchOptions
     from agentrt.bench.spec import BenchSpec
-    _check_types(gpu_blocks=(gpu_blocks, int, True), host_blocks=(host_blocks, int, False),
-                 concurrency=(concurrency, int, True), workflows=(workflows, int, False),
-                 seed=(seed, int, False), replicas=(replicas, int, False),
-                 tool_scale=(tool_scale, float, False), time_scale=(time_scale, float, False),
-                 train_fraction=(train_fraction, float, True), tool_hints=(tool_hints, float, True),
-                 transfer_gbps=(transfer_gbps, float, True))
+    v = _check_types(gpu_blocks=(gpu_blocks, int, True), host_blocks=(host_blocks, int, False),
+                     concurrency=(concurrency, int, True), workflows=(workflows, int, False),
+                     seed=(seed, int, False), replicas=(replicas, int, False),
+                     tool_scale=(tool_scale, float, False), time_scale=(time_scale, float, False),
+                     train_fraction=(train_fraction, float, True), tool_hints=(tool_hints, float, True),
+                     transfer_gbps=(transfer_gbps, float, True))
+    gpu_blocks, host_blocks, concurrency, workflows = (v["gpu_blocks"], v["host_blocks"],
+                                                       v["concurrency"], v["workflows"])
+    seed, replicas, tool_scale, time_scale = v["seed"], v["replicas"], v["tool_scale"], v["time_scale"]
+    train_fraction, tool_hints, transfer_gbps = v["train_fraction"], v["tool_hints"], v["transfer_gbps"]
     for name, value in (("policy_options", policy_options), ("scheduler_options", scheduler_options)):
         if value is not None and not isinstance(value, dict):
             raise AgentrtError(f"{name} must be a dict, got {type(value).__name__}")

@@ -174,7 +174,7 @@ def _output_file(p: Path, path: str, what: str, suffixes: tuple[str, ...]) -> Pa
         raise AgentrtError(f"{what} {p}: {parent} is a file, not a directory")
     if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
         raise AgentrtError(f"{what} {p}: cannot write under {parent} (permission denied)")
-    if parent is not None and parent == p.absolute().parent and not p.exists():
+    if parent is not None and parent == p.absolute().parent and not os.path.lexists(p):
         # what permissions do not tell (a name too long, a file system that refuses files, as
         # /proc): try it, and leave nothing behind
         try:

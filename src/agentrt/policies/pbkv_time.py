@@ -70,10 +70,10 @@ from agentrt.policies.forecast_judge import ForecastJudge
 from agentrt.policies.online_steps import OnlineSteps
 from agentrt.policies.pbkv import PBKVPolicy
 from agentrt.policies.transitions import END
-from agentrt.policies.timing import TINY, AgentTimes, _dropped, _Tail, thread_density
+from agentrt.policies.timing import MAX_AGENT_KEYS, TINY, AgentTimes, _dropped, _Tail, thread_density
 from agentrt.runtime import events as ev
 from agentrt.runtime.state import threads_of
-from agentrt.runtime.window import SampleWindow
+from agentrt.runtime.window import SampleWindow, window_in
 
 
 class PBKVTimePolicy(PBKVPolicy):
@@ -95,7 +95,7 @@ class PBKVTimePolicy(PBKVPolicy):
         self.times = AgentTimes()
         self._arrivals: dict[tuple[str, str], list] = {}      # agent -> [last thread start, SampleWindow]
         self._anchors: dict[str, dict[int, set[str]]] = {}    # tenant -> hash -> agents
-        self._anchor_len: dict[tuple[str, str], int] = {}
+        self._anchor_of: dict[tuple[str, str], tuple] = {}   # agent -> its anchor's hashes
         self._multi: set[str] = set()     # tenants one of whose workflows made a second call
 
     # ------------------------------------------------------------------ observe
@@ -126,11 +126,13 @@ class PBKVTimePolicy(PBKVPolicy):
             self._multi.add(info.tenant)
         th = wf.threads.get(info.agent) if wf is not None else None
         if self.tails and th is not None and th.calls > 1 and th.last_node is not None:
-            self._tail.setdefault(key, _Tail()).add(_dropped(th.last_node, info.hash_ids))
+            window_in(self._tail, key, MAX_AGENT_KEYS, _Tail).add(_dropped(th.last_node, info.hash_ids))
         if th is not None and th.calls == 1:
             # a thread starts: the calls that read an anchor without a live thread holding it
             a = self._arrivals.get(key)
             if a is None:
+                if len(self._arrivals) >= MAX_AGENT_KEYS:      # bounded as the other agent tables
+                    self._arrivals.pop(next(iter(self._arrivals)))
                 self._arrivals[key] = [e.now, SampleWindow()]
             else:
                 a[1].add(e.now - a[0])
@@ -143,20 +145,33 @@ class PBKVTimePolicy(PBKVPolicy):
             return
         n = len(prof.anchor) if prof.anchor_workflows >= 2 else 0
         key = (tenant, agent)
-        old = self._anchor_len.get(key, 0)
-        if n == old:
-            return
+        old = self._anchor_of.get(key, ())
+        if n != len(old):
+            self._set_anchor(key, old, tuple(prof.anchor[:n]))
+
+    def _set_anchor(self, key: tuple[str, str], old: tuple, new: tuple) -> None:
+        """The agent's anchor blocks go from `old` to `new` in its tenant's table; at most
+        MAX_AGENT_KEYS agents keep one (the longest-held dropped first): a client inventing
+        agents cannot grow the table without bound."""
+        tenant, agent = key
         table = self._anchors.setdefault(tenant, {})
-        if n < old:
-            for h in list(table):
-                agents = table[h]
-                if agent in agents and h not in prof.anchor[:n]:
-                    agents.discard(agent)
-                    if not agents:
-                        del table[h]
-        for h in prof.anchor[:n]:
+        keep = set(new)
+        for h in old:
+            if h not in keep and (agents := table.get(h)) is not None:
+                agents.discard(agent)
+                if not agents:
+                    del table[h]
+        for h in new:
             table.setdefault(h, set()).add(agent)
-        self._anchor_len[key] = n
+        if not table:
+            del self._anchors[tenant]
+        if new:
+            self._anchor_of[key] = new
+        else:
+            self._anchor_of.pop(key, None)
+        while len(self._anchor_of) > MAX_AGENT_KEYS:
+            gone, hashes = next(iter(self._anchor_of.items()))
+            self._set_anchor(gone, hashes, ())
 
     def anchor_density(self, tenant: str, hash_id: int) -> float | None:
         if tenant not in self._multi:

@@ -20,9 +20,13 @@ import math
 import numpy as np
 
 from agentrt.policies.announced import MIN_GAP, LogStats, lognormal_residual, mapped_residual, posterior
-from agentrt.runtime.window import SampleWindow
+from agentrt.runtime.window import SampleWindow, window_in
 
 TINY = 1e-6   # seconds: floor of an expected residency (a use due now is not infinitely dense)
+# per-agent tables (durations, tails, anchors) keep at most this many keys, the oldest dropped
+# first: twice the runtime's agent profiles, so real agents are never dropped while a client
+# inventing agent ids cannot grow them without bound
+MAX_AGENT_KEYS = 16_384
 
 
 def thread_density(p: np.ndarray, rel: np.ndarray) -> np.ndarray:
@@ -65,22 +69,22 @@ class AgentTimes:
         if last is not None:
             t_fin, prev, tool, expected = last
             gap = max(0.0, now - t_fin)
-            self.gap.setdefault((info.tenant, prev, tool), SampleWindow()).add(gap)
+            window_in(self.gap, (info.tenant, prev, tool), MAX_AGENT_KEYS, SampleWindow).add(gap)
             self.gap_all.add(gap)
             if tool:
                 x = math.log(max(gap, MIN_GAP))
-                self.tool_log.setdefault((info.tenant, prev), LogStats()).add(x)
+                window_in(self.tool_log, (info.tenant, prev), MAX_AGENT_KEYS, LogStats).add(x)
                 self.tool_log_all.add(x)
                 if expected:
                     x -= math.log(expected)
-                    self.err_log.setdefault((info.tenant, prev), LogStats()).add(x)
+                    window_in(self.err_log, (info.tenant, prev), MAX_AGENT_KEYS, LogStats).add(x)
                     self.err_log_all.add(x)
 
     def finished(self, now: float, info, tool_call: bool, expected_s: float | None = None) -> None:
         started = self._inflight.pop(info.rid, None)
         if started is not None:
             d = now - started[0]
-            self.svc.setdefault((info.tenant, started[1]), SampleWindow()).add(d)
+            window_in(self.svc, (info.tenant, started[1]), MAX_AGENT_KEYS, SampleWindow).add(d)
             self.svc_all.add(d)
         if expected_s is not None:
             expected_s = max(expected_s, MIN_GAP)      # "no wait at all" is a very short one

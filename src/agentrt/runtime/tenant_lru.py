@@ -117,8 +117,10 @@ class TenantLRU:
         if len(b[top]) > 1 or over == 1 or self.on_drop is not None:
             self._drop_from_largest()
             return
-        second = top - 1
-        while second and second not in b:
+        # the next count held by another tenant, looked for no further down than the run can go
+        # (one tenant alone, or far ahead, would otherwise make this a walk over every count)
+        second, floor = top - 1, max(0, top - over)
+        while second > floor and second not in b:
             second -= 1
         n = min(over, top - second)          # down to a tie at most: the tie rule then decides
         tenant = next(iter(b[top]))

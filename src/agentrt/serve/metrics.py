@@ -6,8 +6,9 @@ response carries usage only when the client asked for it (`stream_options.includ
 server does not change the stream to get it, so such calls count in `agentrt_requests_total` and
 `agentrt_requests_without_usage_total` but not in the token counters. Hit rates are cached over
 prompt tokens of user calls, warm-ups excluded. Agent and tenant label values are capped
-(`max_agents`, `max_tenants`, then "other"; one tenant names at most a quarter of the agent
-labels, so its invented ids cannot turn another tenant's agents into "other") so a framework
+(`max_agents`, `max_tenants`, then "other"; once a second tenant calls, one tenant names at most
+a quarter of the agent labels, so its invented ids cannot turn another tenant's agents into
+"other"; a server with one tenant keeps all of them) so a framework
 that invents an id per call, or
 (without `--auth`) a client that sends a new `X-Tenant-Id` each time, cannot blow up the series
 count; under `--auth` tenants are the keys file's. Workflow ends (`agentrt_workflows_ended_total`)
@@ -27,8 +28,9 @@ END_REASONS = ("client", "call", "cap", "silent")
 
 
 class LabelCap:
-    """At most `limit` distinct values of one label, and at most `per_key` of them first seen for
-    one key (a tenant); values first seen past either read "other"."""
+    """At most `limit` distinct values of one label, and, once a second key (tenant) has asked,
+    at most `per_key` of them first seen for one key; values first seen past either read "other".
+    A server with one tenant (every server without `--auth`) keeps all `limit` for it."""
 
     __slots__ = ("limit", "per_key", "seen", "_by_key")
 
@@ -44,10 +46,11 @@ class LabelCap:
         if len(self.seen) >= self.limit:
             return "other"
         if self.per_key is not None:
-            n = self._by_key.get(key or "", 0)
-            if n >= self.per_key:
+            k = key or ""
+            n = self._by_key.get(k, 0)
+            if n >= self.per_key and (len(self._by_key) > 1 or k not in self._by_key):
                 return "other"
-            self._by_key[key or ""] = n + 1
+            self._by_key[k] = n + 1
         self.seen.add(value)
         return value
 
