@@ -209,6 +209,7 @@ def _warn_foreign_predictor(source: TraceSource, path: str) -> None:
     known = load_dict(path).get("agents") or []
     if not set(known) & source.agent_names:
         shown = ", ".join(sorted(map(str, known))[:8]) + (", ..." if len(known) > 8 else "")
-        warnings.warn(f"predictor {path} knows none of the agents of {source.label} (it knows: "
-                      f"{shown}): its forecasts cover no call; train one on this application "
-                      f"(`agentrt train`)", BenchWarning, stacklevel=3)
+        what = f"it knows: {shown}" if known else "it knows no agent at all"
+        warnings.warn(f"predictor {path} knows none of the agents of {source.label} ({what}): its "
+                      f"forecasts cover no call; train one on this application (`agentrt train`)",
+                      BenchWarning, stacklevel=3)
