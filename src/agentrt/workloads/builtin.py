@@ -1,4 +1,4 @@
-"""`team`: a small built-in planner / coder / tester workflow, the default of `agentrt bench`.
+"""`team`: a small built-in planner / coder / tester workflow (the default run replays `mix`).
 
 Agents and control flow: the planner reads the task and writes a plan; the coder writes code
 after the plan; the tester runs the tests as a tool (think time) and reports; on failure (a
@@ -20,7 +20,7 @@ SYSTEM = {"planner": 2048, "coder": 2816, "tester": 1536}
 
 class TeamWorkload(Workload):
     name = "team"
-    summary = "planner, coder and tester with a retry loop (the built-in default)"
+    summary = "planner, coder and tester with a retry loop (the smallest built-in team)"
 
     def build(self, b: WorkflowBuilder) -> None:
         rng = b.rng
