@@ -8,11 +8,9 @@ workflow when the file ends.
 
 from __future__ import annotations
 
-from agentrt.trace.limits import MAX_CONCURRENCY, MAX_TOKENS
-
 from dataclasses import dataclass, field
 
-from agentrt.trace.limits import GENERATED_PREFIX
+from agentrt.trace.limits import GENERATED_PREFIX, MAX_CONCURRENCY, MAX_TOKENS
 
 TRACE_VERSION = "workflow-trace/1"
 MOONCAKE_BLOCK_SIZE = 512

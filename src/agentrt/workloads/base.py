@@ -26,8 +26,6 @@ than the agent path tells, never everything (the coin stays a coin even at noise
 
 from __future__ import annotations
 
-from agentrt.trace.limits import MAX_CONCURRENCY
-
 import hashlib
 import math
 from collections.abc import Hashable, Iterator, Mapping
@@ -37,6 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from agentrt.trace.limits import MAX_CONCURRENCY
 from agentrt.trace.schema import Call, TraceHeader
 from agentrt.workloads.hashing import BlockHasher, Segment
 from agentrt.workloads.tools import tool_ms
