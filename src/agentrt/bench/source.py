@@ -170,11 +170,13 @@ def predictor_holdback(source: TraceSource, paths: list[str], held: int) -> tupl
     past the last of them (the split is always a prefix, so it then covers the predictor's
     training split). Returns (workflows to hold back, notes for the result's config).
     """
-    from agentrt.predict.provenance import read_provenance
+    from agentrt.predict.io import load_dict
+    from agentrt.predict.provenance import provenance_in
     notes: list[str] = []
     for path in paths:
-        _warn_foreign_predictor(source, path)
-        prov = read_provenance(path)
+        saved = load_dict(path)          # once: the agents it knows and what it was trained on
+        _warn_foreign_predictor(source, path, saved.get("agents") or [])
+        prov = provenance_in(saved)
         if prov is None:
             warnings.warn(f"predictor {path} does not record what it was trained on (saved by an "
                           f"older agentrt): cannot check that the scored workflows are not among its "
@@ -200,14 +202,10 @@ def predictor_holdback(source: TraceSource, paths: list[str], held: int) -> tupl
     return held, notes
 
 
-def _warn_foreign_predictor(source: TraceSource, path: str) -> None:
+def _warn_foreign_predictor(source: TraceSource, path: str, known: list) -> None:
     """Warn when a saved predictor knows none of the agents this trace names: its forecasts then
     cover no call (PBKV-HE ranks as PBKV-LAE; PBKV-TA forecasts from its online model)."""
-    from agentrt.predict.io import load_dict
-    if not source.agent_names:
-        return
-    known = load_dict(path).get("agents") or []
-    if not set(known) & source.agent_names:
+    if source.agent_names and not set(known) & source.agent_names:
         shown = ", ".join(sorted(map(str, known))[:8]) + (", ..." if len(known) > 8 else "")
         what = f"it knows: {shown}" if known else "it knows no agent at all"
         warnings.warn(f"predictor {path} knows none of the agents of {source.label} ({what}): its "

@@ -65,5 +65,10 @@ def make_provenance(trace: str, path: str | Path, workflows: int, train_fraction
 def read_provenance(path: str | Path) -> dict | None:
     """The provenance recorded in a predictor file; None if it records none (an older file)."""
     from agentrt.predict.io import load_dict
-    prov = load_dict(path).get("provenance")
+    return provenance_in(load_dict(path))
+
+
+def provenance_in(saved: dict) -> dict | None:
+    """The provenance in a predictor file's dict (`io.load_dict`); None if it records none."""
+    prov = saved.get("provenance")
     return prov if isinstance(prov, dict) and prov.get("train_digests") is not None else None
