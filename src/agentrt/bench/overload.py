@@ -56,7 +56,9 @@ def _round_up(x: float) -> float:
     return round(math.ceil(x / step - 1e-9) * step, 6)
 
 
-def _reference(doc: dict) -> tuple[str, dict] | None:
+def reference_result(doc: dict) -> tuple[str, dict] | None:
+    """(name, result) of the run a document's notes read: LRU, shown or not, else the first
+    policy that is not a bound."""
     res = doc.get("results") or {}
     if "lru" in res:
         return "lru", res["lru"]
@@ -73,7 +75,7 @@ def check_overload(doc: dict) -> Overload | None:
     cfg = doc.get("config") or {}
     if cfg.get("concurrency"):
         return None
-    ref = _reference(doc)
+    ref = reference_result(doc)
     if ref is None:
         return None
     name, r = ref

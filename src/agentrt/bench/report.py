@@ -167,10 +167,10 @@ def print_result(doc: dict, console: Console | None = None) -> None:
 def oversize_text(doc: dict) -> str | None:
     """A note when calls need more KV blocks than the whole GPU pool: the simulator serves them
     outside its memory accounting (engine.md), so their latencies are optimistic."""
-    res = doc.get("results") or {}
-    ref = res.get("lru") or doc.get("lru_reference") or next(
-        (r for r in res.values() if not r.get("bound")), None)
-    n = (ref or {}).get("oversize_calls") or 0
+    from agentrt.bench.overload import reference_result
+    found = reference_result(doc)
+    ref = found[1] if found is not None else {}
+    n = ref.get("oversize_calls") or 0
     if not n:
         return None
     cfg = doc["config"]

@@ -88,6 +88,12 @@ class BenchOptions:
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
 
+def replay_concurrency(override: int | None, source: TraceSource) -> int | None:
+    """The closed-loop concurrency a replay uses: the one asked for, else the trace header's
+    (None: open loop)."""
+    return override if override is not None else source.header.concurrency
+
+
 def engine_config(opts: BenchOptions, block_size: int) -> EngineConfig:
     return EngineConfig(preset=get_preset(opts.preset), block_size=block_size,
                         gpu_blocks=opts.gpu_blocks, host_blocks=opts.host_blocks,
@@ -139,7 +145,7 @@ def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream
                progress: Callable[[int], None] | None = None) -> Simulator:
     cfg = engine_config(opts, source.header.block_size)
     policy = make_trained_policy(name, source, opts)
-    conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
+    conc = replay_concurrency(opts.concurrency, source)
     sim = Simulator(cfg, policy, source.eval_calls(), concurrency=conc,
                     record_stream=record_stream, progress=progress, time_scale=opts.time_scale,
                     scheduler=make_bench_scheduler(opts), tool_hints=make_tool_hints(opts))
@@ -189,7 +195,7 @@ def plan_split(source: TraceSource, policies: list[str], opts: BenchOptions) -> 
 def warn_time_scale(source: TraceSource, opts: BenchOptions) -> None:
     """`--time-scale` stretches trace timestamps; a closed loop starts workflows as others finish
     and spaces calls by their think times, which it does not stretch."""
-    conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
+    conc = replay_concurrency(opts.concurrency, source)
     if conc and opts.time_scale != 1.0:
         _warn(f"--time-scale {opts.time_scale:g} stretches the trace's timestamps, but this replay is "
               f"closed loop ({conc} workflows at once): it starts workflows as others finish and "
@@ -219,7 +225,7 @@ def run_oracle(source: TraceSource, opts: BenchOptions, order: list[tuple[str, i
     """
     from agentrt.policies.oracle import FutureUses, OraclePolicy, best_of_passes
     cfg = engine_config(opts, source.header.block_size)
-    conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
+    conc = replay_concurrency(opts.concurrency, source)
 
     def replay(ref: list[tuple[str, int]], i: int):
         future = FutureUses(source.eval_calls(), ref, source.header.block_size)
@@ -283,7 +289,7 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
     config = asdict(opts)
     config.update(block_size=bs, gpu_blocks=cfg.gpu_blocks,
                   block_bytes=cfg.block_bytes,
-                  concurrency=opts.concurrency if opts.concurrency is not None else source.header.concurrency,
+                  concurrency=replay_concurrency(opts.concurrency, source),
                   bounds_stream="lru" if want_bounds else None, oracle_passes=oracle_passes,
                   train=split)
     return {"schema_version": SCHEMA_VERSION, "trace": source.label, "calls": first.calls, "workflows": first.workflows,

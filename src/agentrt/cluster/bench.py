@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from agentrt.bench.runner import (BenchOptions, ProgressFactory, engine_config,
+from agentrt.bench.runner import (BenchOptions, ProgressFactory, engine_config, replay_concurrency,
                                   make_bench_scheduler, make_tool_hints, make_trained_policy,
                                   plan_split)
 from agentrt.bench.source import TraceSource
@@ -67,7 +67,7 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
     check_cluster_run(policies, replicas, router, transfer_gbps=transfer_gbps)
     split = plan_split(source, policies, opts)
     cfg = engine_config(opts, source.header.block_size)
-    conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
+    conc = replay_concurrency(opts.concurrency, source)
     want_oracle = any(p in SIM_BOUNDS for p in policies)
     online = [p for p in policies if p not in SIM_BOUNDS] or ["lru"]   # lru hidden if only the oracle
     runs = {}

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from agentrt.bench.runner import BenchOptions, plan_split
+from agentrt.bench.runner import BenchOptions, plan_split, replay_concurrency
 from agentrt.bench.source import TraceSource
 from agentrt.engine.tool_hints import ToolHints
 from agentrt.enginebench import prom
@@ -162,7 +162,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
     real = list(dict.fromkeys(p for _, p, _ in runs))
     split = plan_split(source, real, BenchOptions(seed=opts.seed, train_fraction=opts.train_fraction,
                                                   train_path=opts.train_path))
-    conc = opts.concurrency if opts.concurrency is not None else source.header.concurrency
+    conc = replay_concurrency(opts.concurrency, source)
     calls = cut_calls(source.eval_calls(), opts.max_calls)
     if not calls:
         raise AgentrtError("no calls to replay (is the whole trace held back for training?)")
