@@ -71,19 +71,8 @@ class TenantLRU:
             o.move_to_end(key[1])
 
     def set(self, key: Key, value) -> None:
-        tenant, k = key
-        if key in self._all:
-            self._all[key] = value
-            self._order[tenant].move_to_end(k)
-            return
-        self._all[key] = value
-        o = self._order.get(tenant)
-        if o is None:
-            o = self._order[tenant] = OrderedDict()
-        o[k] = None
-        self._move(tenant, len(o) - 1, len(o))
-        while len(self._all) > self.max_entries:
-            self._drop_from_largest()
+        """Insert or replace one entry (most recent of its tenant)."""
+        self.set_many(key[0], (key[1],), value)
 
     __setitem__ = set
 
@@ -172,21 +161,9 @@ class TenantLRU:
         o = self._order[tenant]
         k, _ = o.popitem(last=False)
         value = self._all.pop((tenant, k))
-        # the count falls by one, top -> top - 1 (`_move` inlined: this runs once per drop)
-        b = self._buckets
-        s = b[top]
-        del s[tenant]
-        if not s:
-            del b[top]
-        if o:
-            b.setdefault(top - 1, {})[tenant] = None
-        else:
+        self._move(tenant, top, top - 1)
+        if not o:
             del self._order[tenant]
-        if top not in b:
-            t = top - 1
-            while t and t not in b:
-                t -= 1
-            self._top = t
         self.dropped += 1
         if self.on_drop is not None:
             self.on_drop(tenant, k, value)
