@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentrt.serve.auth import TENANT_RE, AuthConfig, Principal, Salts, tenant_scoped
 from agentrt.serve.metrics import CONTENT_TYPE_LATEST
-from agentrt.serve.proxy import HotPath
+from agentrt.serve.proxy import HotPath, upstream_error
 from agentrt.serve.runtime_bridge import RuntimeBridge
 from agentrt.serve.upstream import UpstreamPool
 from agentrt.serve.validate import error_body
@@ -177,10 +177,7 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
         try:
             r = await state["client"].get("/v1/models", headers=_upstream_headers(request.headers, cfg))
         except httpx.HTTPError as e:
-            msg = f"upstream {cfg.upstream} unreachable: {e!r}"
-            if cfg.auth is not None:          # no internal addresses or errors for tenants
-                log.warning("agentrt serve: %s", msg)
-                msg = "upstream unreachable"
+            msg = upstream_error(cfg.upstream, cfg.auth is not None, "unreachable", repr(e), where=True)
             return JSONResponse(error_body(msg, "BadGatewayError", None, 502), status_code=502)
         return Response(r.content, status_code=r.status_code, headers=_response_headers(r))
 

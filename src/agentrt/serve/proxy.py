@@ -267,14 +267,8 @@ class HotPath:
         return 200, usage, tool
 
     def _upstream_error(self, what: str, e: Exception, where: bool = False) -> str:
-        """The message a client gets for an upstream failure ("upstream <what>: <error>", with the
-        upstream's address when `where`). With `--auth`, tenants are not told the internal address
-        or socket errors (logged here instead), as /health hides them; a timeout says how long."""
-        full = f"upstream {self.cfg.upstream} {what}" if where else f"upstream {what}"
-        if self.auth is None:
-            return f"{full}: {e}"
-        log.warning("agentrt serve: %s: %s", full, e)
-        return f"upstream {what}: {e}" if isinstance(e, UpstreamTimeout) else f"upstream {what}"
+        return upstream_error(self.cfg.upstream, self.auth is not None, what, str(e), where,
+                              isinstance(e, UpstreamTimeout))
 
     async def _watch(self, receive, ctx) -> None:
         """Abort the upstream call when the client disconnects (its answer would go nowhere)."""
@@ -288,6 +282,19 @@ class HotPath:
                 elif conn is not None:
                     conn.writer.transport.abort()
                 return
+
+
+def upstream_error(upstream: str, hide: bool, what: str, detail: str, where: bool = False,
+                   timeout: bool = False) -> str:
+    """The message a client gets for an upstream failure ("upstream <what>: <detail>", with the
+    upstream's address when `where`). With `hide` (`--auth`), tenants are not told the internal
+    address or socket errors (logged here instead), as /health hides them; a timeout's detail
+    (how long) is kept."""
+    full = f"upstream {upstream} {what}" if where else f"upstream {what}"
+    if not hide:
+        return f"{full}: {detail}"
+    log.warning("agentrt serve: %s: %s", full, detail)
+    return f"upstream {what}: {detail}" if timeout else f"upstream {what}"
 
 
 def _taken(ctx: dict, conn) -> None:
