@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from agentrt.bench.overload import overload_text
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 SHARED = REPO.parent / "shared" / "traces"
@@ -104,12 +106,14 @@ def real_traces() -> str:
             parts.append(f"(skipped: {path} not found)\n")
             continue
         rel = f"../shared/traces/mooncake/{name}.jsonl"
-        # a third of the trace's rate is still saturated in bursts on the synthetic trace (TTFT
-        # p90 181 s), an eighth is not: both loads, each trace
+        # a third of each trace's rate is still saturated in bursts (the bench's note says so),
+        # an eighth is not: both loads, each trace
         for stretch, label, suffix in ((3, "a third", ""), (8, "an eighth", "-x8")):
             doc = bench(["--trace", rel, "--time-scale", str(stretch), "--policies", pol],
                         f"mooncake-{name}{suffix}")
             parts.append(f"#### Mooncake {name} (no agent identity), open loop at {label} of its rate\n\n{table(doc)}")
+            if doc.get("overload"):
+                parts.append(f"`agentrt bench` notes under this table: {overload_text(doc['overload'])}\n")
     ag2 = DOCS / "results" / "ag2.jsonl"
     if (SHARED / "ag2-captainagent").exists():
         subprocess.run([sys.executable, "-m", "agentrt.cli", "import", "ag2",

@@ -19,8 +19,9 @@ MOONCAKE = REPO.parent / "shared" / "traces" / "mooncake" / "conversation_trace.
 
 
 def doc(span=100.0, drain=80.0, wait=30.0, ttft=31.0, concurrency=None, time_scale=1.0,
-        replicas=None, results=None, calls=100):
-    r = {"arrival_span_s": span, "drain_s": drain, "wait_p50_s": wait, "ttft_p50_s": ttft, "calls": calls}
+        replicas=None, results=None, calls=100, wait90=None):
+    r = {"arrival_span_s": span, "drain_s": drain, "wait_p50_s": wait, "ttft_p50_s": ttft, "calls": calls,
+         "wait_p90_s": wait if wait90 is None else wait90}
     cfg = {"concurrency": concurrency, "time_scale": time_scale}
     if replicas:
         cfg["replicas"] = replicas
@@ -48,6 +49,23 @@ def test_an_overloaded_open_loop_replay_is_flagged_with_a_stretch_to_80_percent(
 ])
 def test_a_closed_loop_a_stable_queue_or_a_long_last_call_is_not_flagged(kw):
     assert check_overload(doc(**kw)) is None
+
+
+def test_bursts_that_saturate_a_replica_which_keeps_up_overall_are_flagged_without_a_stretch():
+    # the backlog clears at once, but a tenth of the calls waited 40 s for admission against a
+    # median TTFT of 2 s: the tails measure the bursts' queue
+    o = check_overload(doc(drain=1.0, wait=0.1, ttft=2.0, wait90=40.0))
+    assert o is not None and o.kind == "bursts" and o.wait_p90_s == 40.0
+    assert o.suggested_time_scale is None and o.suggested_replicas is None
+    text = overload_text(overload_doc(o))
+    assert text.startswith("saturated in bursts") and "40.0 s for admission" in text and "one instant" not in text
+    # a p90 wait within twice the median TTFT (an engine iteration or two) is no burst queue
+    assert check_overload(doc(drain=1.0, wait=0.0, ttft=2.0, wait90=3.9)) is None
+    # a sustained overload is reported as such, with its stretch, whatever its p90 wait
+    assert check_overload(doc(wait90=500.0)).kind == "sustained"
+    # closed loops and short runs are not judged for bursts either
+    assert check_overload(doc(drain=1.0, ttft=2.0, wait90=40.0, concurrency=8)) is None
+    assert check_overload(doc(drain=1.0, ttft=2.0, wait90=40.0, calls=5)) is None
 
 
 def test_every_call_at_one_instant_is_flagged_without_a_stretch():
@@ -121,9 +139,16 @@ def test_cluster_runs_are_checked_per_replica_count(tmp_path):
 
 
 @pytest.mark.skipif(not MOONCAKE.exists(), reason=f"{MOONCAKE} not found (../shared/traces is absent)")
-def test_mooncake_conversation_trace_at_its_own_rate_is_overloaded_and_at_a_third_is_not(tmp_path):
+def test_mooncake_conversation_trace_overloaded_at_its_rate_in_bursts_at_a_third_not_at_an_eighth(tmp_path):
     _, d = bench("--trace", str(MOONCAKE), "--policies", "lru", "--quiet", "--json", str(tmp_path / "m.json"))
-    assert d["overload"] is not None and d["overload"]["suggested_time_scale"] > 2
-    _, d = bench("--trace", str(MOONCAKE), "--policies", "lru", "--quiet", "--time-scale", "3",
+    assert d["overload"] is not None and d["overload"]["kind"] == "sustained"
+    assert d["overload"]["suggested_time_scale"] > 2
+    p, d = bench("--trace", str(MOONCAKE), "--policies", "lru", "--quiet", "--time-scale", "3",
                  "--json", str(tmp_path / "m3.json"))
+    o = d["overload"]
+    assert o is not None and o["kind"] == "bursts" and o["suggested_time_scale"] is None
+    assert o["wait_p90_s"] > 2 * o["ttft_p50_s"] and o["drain_s"] < o["arrival_span_s"] / 4
+    assert "saturated in bursts" in p.stdout
+    _, d = bench("--trace", str(MOONCAKE), "--policies", "lru", "--quiet", "--time-scale", "8",
+                 "--json", str(tmp_path / "m8.json"))
     assert d["overload"] is None

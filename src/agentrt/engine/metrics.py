@@ -118,6 +118,7 @@ class Metrics:
             **latency_stats(self.tpot, "tpot"),
             **latency_stats(self.e2e, "e2e", 0.0),
             "wait_p50_s": _p50(self.queue_wait),
+            "wait_p90_s": _p90(self.queue_wait),
             "wait_p99_s": _p99(self.queue_wait),
             "wait_max_s": max(self.queue_wait, default=0.0),
             "throughput_tok_s": tokens / span if span > 0 else 0.0,
