@@ -35,8 +35,13 @@ NSDI 2018), estimated from the runtime's knowledge of agents:
   next turn reads the "ended" one) gets no anchors until one of its workflows makes a second
   call; its blocks then rank as PBKV-LAE's (LRU). With anchors there, PBKV-TA lost 1.8 points to
   LRU on Mooncake's synthetic trace at a load that does not saturate the replica.
+- Conversations without identity. For such a tenant the ended blocks are ranked by the turn of
+  the latest request that read them and their age (`turns.py`): a request that re-sends a whole
+  earlier prompt is that conversation's next turn, the hazard of a follow-up is learned online
+  per turn class and age, and a block's key is its expected follow-ups per second of residency
+  (ties, and tenants with no follow-up yet, by recency as LRU).
 - A block's key: blocks of finished workflows that are no anchor go first (LRU among them, as
-  PBKV-LAE); then the lowest density (the sum over its live threads; an anchor block takes the larger
+  PBKV-LAE, or by follow-up density where workflows carry no identity); then the lowest density (the sum over its live threads; an anchor block takes the larger
   of that and its agent's new-thread density); ties by recency.
 - Dead branches. When a thread's history is rewritten (compaction, a window, a dropped attempt),
   the runtime untags the branch it left (`runtime/branches.py`): those blocks no live thread will
@@ -70,6 +75,7 @@ from agentrt.policies.forecast_judge import ForecastJudge
 from agentrt.policies.online_steps import OnlineSteps
 from agentrt.policies.pbkv import PBKVPolicy
 from agentrt.policies.transitions import END
+from agentrt.policies.turns import TurnHazard
 from agentrt.policies.timing import MAX_AGENT_KEYS, TINY, AgentTimes, _dropped, _Tail, thread_density
 from agentrt.runtime import events as ev
 from agentrt.runtime.state import threads_of
@@ -97,6 +103,7 @@ class PBKVTimePolicy(PBKVPolicy):
         self._anchors: dict[str, dict[int, set[str]]] = {}    # tenant -> hash -> agents
         self._anchor_of: dict[tuple[str, str], tuple] = {}   # agent -> its anchor's hashes
         self._multi: set[str] = set()     # tenants one of whose workflows made a second call
+        self._turns = TurnHazard()        # inferred conversation turns of the other tenants
 
     # ------------------------------------------------------------------ observe
     def observe(self, e) -> None:
@@ -124,6 +131,8 @@ class PBKVTimePolicy(PBKVPolicy):
             self._learn_step(wf, info.agent)
         if wf is not None and wf.calls >= 2:
             self._multi.add(info.tenant)
+        if info.tenant not in self._multi:
+            self._turns.arrived(info.tenant, info.hash_ids, e.now)
         th = wf.threads.get(info.agent) if wf is not None else None
         if self.tails and th is not None and th.calls > 1 and th.last_node is not None:
             window_in(self._tail, key, MAX_AGENT_KEYS, _Tail).add(_dropped(th.last_node, info.hash_ids))
@@ -311,7 +320,11 @@ class PBKVTimePolicy(PBKVPolicy):
                 if a > s:
                     s = a
         if not active:
-            return (0, block.last_touch)
+            if block.tenant not in self._multi:
+                d = self._turns.density(block.tenant, block.hash, self.now)
+                if d is not None:
+                    return (0, d, block.last_touch)
+            return (0, 0.0, block.last_touch)
         return (1, s, block.last_touch)
 
     def stats(self) -> dict[str, int | float]:
