@@ -16,6 +16,11 @@ MAX_TIME_MS = 1e13              # timestamp and think_ms: 0 <= t <= 1e13 ms (yea
 MAX_INDEX = (1 << 63) - 1       # call and after: a signed 64-bit integer
 MAX_CONCURRENCY = 1_000_000     # header `concurrency`
 MAX_REPR = 80                   # characters of a bad value quoted in an error message
+# The longest legal line: MAX_TOKENS hash ids plus as many output hash ids (block_size 1, output
+# as long as the prompt), each a 64-bit id of up to 20 characters and ", ": 2 x 2^20 x 22 bytes =
+# 44 MiB, and 4 MiB for the other fields. A longer line is refused before it is held or parsed,
+# so a small gzip file cannot make the reader allocate gigabytes.
+MAX_LINE_BYTES = 48 << 20       # 50,331,648 bytes, the newline not counted
 
 # Ids the reader makes up for lines without a `workflow` start with a control character, which an
 # explicit workflow id may not contain, so the two can never collide.

@@ -5,7 +5,8 @@ truncated gzip stream, or an unreadable file becomes an error on the line where 
 traceback. Lines are parsed with orjson; a line orjson refuses, or one where it read an integer
 beyond 64 bits as a float (a top-level value, or one in a top-level list), goes to the standard parser,
 which keeps big integers exact and words its errors well. NaN and Infinity are not JSON and are
-refused; nesting deeper than orjson's 1024 levels is refused.
+refused; nesting deeper than orjson's 1024 levels is refused. A line is read at most
+`limits.MAX_LINE_BYTES` at a time, so memory stays bounded however long a line is.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import BinaryIO
 import orjson
 
 from agentrt.errors import TraceError
+from agentrt.trace.limits import MAX_LINE_BYTES
 
 _BIG = re.compile(rb"\d{20}")
 _ROUNDED = 9.2e18                                # just below 2^63
@@ -47,13 +49,17 @@ def raw_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
         lineno = 0
         while True:
             try:
-                raw = f.readline()
+                raw = f.readline(MAX_LINE_BYTES + 1)
             except _READ_ERRORS as e:
                 what = "corrupt or truncated gzip data" if gz else "cannot read the file"
                 raise TraceError(str(path), lineno + 1, None, f"{what} ({e})") from None
             if not raw:
                 return
             lineno += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise TraceError(str(path), lineno, None,
+                                 f"line longer than {MAX_LINE_BYTES:,} bytes (the longest a legal "
+                                 f"line can be: 2 x 2^20 64-bit hash ids and the other fields)")
             yield lineno, raw
 
 

@@ -12,8 +12,10 @@ format, the reader enforces the bounds of `limits.py` and the chain rule of hash
 (docs/traces.md). Workflow starts out of timestamp order are legal but replay late: the reader
 counts them and, at the end of a pass, warns once on screen (`TraceWarning`).
 Assumptions: calls of one workflow appear in issue order with increasing `call` indices, and
-`after` refers only to calls already seen. A Mooncake line (no `workflow`) is a workflow of one
-call with a fresh id that no explicit id can equal (`limits.generated_id`).
+`after` refers only to calls already seen; workflow ids are global (the runtime and the replay key
+workflows by id alone), so a workflow keeps the tenant of its first call. A Mooncake line (no
+`workflow`) is a workflow of one call with a fresh id that no explicit id can equal
+(`limits.generated_id`).
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ def open_text(path: str | Path) -> io.TextIOBase:
 
 
 class _Workflow:
-    __slots__ = ("calls", "last_index")
+    __slots__ = ("calls", "last_index", "tenant")
 
-    def __init__(self) -> None:
+    def __init__(self, tenant: str) -> None:
         self.calls: set[int] = set()
         self.last_index = -1
+        self.tenant = tenant
 
 
 class _Starts:
@@ -162,6 +165,17 @@ class TraceReader:
         wf = open_wfs.get(wid)
         is_first = wf is None
 
+        tenant = obj.get("tenant", "default")
+        if not isinstance(tenant, str) or not tenant:
+            raise err("tenant", f"must be a non-empty string, got {show(tenant)}")
+        why = bad_text(tenant)
+        if why:
+            raise err("tenant", why)
+        if wf is not None and tenant != wf.tenant:
+            raise err("tenant", f"workflow {show(wid)} started under tenant {show(wf.tenant)}, got "
+                                f"{show(tenant)}; workflow ids are global, so all calls of a "
+                                f"workflow belong to one tenant")
+
         agent = obj.get("agent")
         if agent is not None:
             if not isinstance(agent, str):
@@ -235,13 +249,6 @@ class TraceReader:
         if not explicit_wf:
             last = True
 
-        tenant = obj.get("tenant", "default")
-        if not isinstance(tenant, str) or not tenant:
-            raise err("tenant", f"must be a non-empty string, got {show(tenant)}")
-        why = bad_text(tenant)
-        if why:
-            raise err("tenant", why)
-
         signal = obj.get("signal")
         if signal is not None:
             if type(signal) is not list or not all(is_finite_float(s) for s in signal):
@@ -251,7 +258,7 @@ class TraceReader:
             starts.see(ts, lineno)
         if explicit_wf:
             if wf is None:
-                wf = open_wfs[wid] = _Workflow()
+                wf = open_wfs[wid] = _Workflow(tenant)
             wf.calls.add(index)
             wf.last_index = index
             if last:

@@ -23,21 +23,30 @@ How a log becomes calls:
   so equal prefixes get equal ids within a file and across files (agents that share a system
   prompt share its blocks).
 - Arrivals: closed loop with `concurrency` workflows at once, or Poisson at `rate` per second.
-Bad files (not JSON, a missing or mistyped field, no LLM turn) are reported one line each and
-skipped; the rest still import. The CLI fails only when no file could be imported.
+Bad files (not JSON, nested too deeply, a missing or mistyped field, text or a file name the trace
+reader would refuse, a call beyond the reader's bounds, no LLM turn) are reported one line each
+and skipped; the rest still import. The trace is written beside `out` under a temporary name and
+renamed when complete, so a failed import leaves no half-written trace. The CLI fails only when
+no file could be imported.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import secrets
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 from agentrt.errors import AgentrtError
+from agentrt.trace.limits import (MAX_LINE_BYTES, MAX_TIME_MS, MAX_TOKENS, bad_text,
+                                  bad_workflow_id, show)
 from agentrt.trace.schema import Call, TraceHeader
 from agentrt.trace.writer import TraceWriter
 from agentrt.workloads.base import GenConfig, WorkflowBuilder
@@ -64,7 +73,8 @@ def _digest(text: str) -> str:
 
 
 def _natural(p: Path) -> tuple:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name))
+    # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts
+    return tuple(int(t) if t.isdecimal() else t for t in re.split(r"(\d+)", p.name))
 
 
 def log_files(path: str | Path) -> list[Path]:
@@ -85,6 +95,11 @@ def parse_log(path: Path) -> tuple[list[tuple[str, str]], dict[str, str]]:
         raise LogError(f"not UTF-8 text ({e.reason})") from None
     except json.JSONDecodeError as e:
         raise LogError(f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise LogError("not valid JSON (nested too deeply)") from None
+    except ValueError:                 # the only other ValueError: int()'s limit on digits
+        raise LogError(f"not valid JSON (an integer of more than {sys.get_int_max_str_digits():,} "
+                       f"digits)") from None
     if not isinstance(obj, dict):
         raise LogError(f"expected a JSON object, got {type(obj).__name__}")
     hist, sys_prompts = obj.get("history"), obj.get("system_prompt")
@@ -93,6 +108,10 @@ def parse_log(path: Path) -> tuple[list[tuple[str, str]], dict[str, str]]:
     if not isinstance(sys_prompts, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                     for k, v in sys_prompts.items()):
         raise LogError("field 'system_prompt': missing or not an object of agent name -> text")
+    for k, v in sys_prompts.items():
+        why = bad_text(k) or bad_text(v)
+        if why:
+            raise LogError(f"system_prompt[{show(k)}]: {why}")
     msgs = []
     for i, m in enumerate(hist):
         if not isinstance(m, dict):
@@ -104,6 +123,10 @@ def parse_log(path: Path) -> tuple[list[tuple[str, str]], dict[str, str]]:
             content = ""
         if not isinstance(content, str):
             raise LogError(f"history[{i}].content: expected a string, got {type(content).__name__}")
+        for key, text in (("name", name), ("content", content)):
+            why = bad_text(text)
+            if why:
+                raise LogError(f"history[{i}].{key}: {why}")
         msgs.append((name, content))
     return msgs, sys_prompts
 
@@ -132,6 +155,10 @@ class Ag2Importer:
                            concurrency=self.cfg.concurrency if self.cfg.rate is None else None)
 
     def workflow(self, path: Path, name: str | None = None) -> list[Call]:
+        wid = name or path.stem
+        why = bad_workflow_id(wid)
+        if why:
+            raise LogError(f"{'name' if name else 'file name'}: as a workflow id it {why}")
         msgs, sys_prompts = parse_log(path)
         if not msgs:
             raise LogError("field 'history' is empty")
@@ -139,8 +166,7 @@ class Ag2Importer:
             raise LogError("no message from an agent with a system prompt (no LLM call to import)")
         if self.cfg.rate is not None and self._n > 0:
             self._t_ms += float(self.rng.exponential(1000.0 / self.cfg.rate))
-        b = WorkflowBuilder(self.hasher, name or path.stem, self.cfg.tenant, round(self._t_ms, 3),
-                            self.rng, self.cfg)
+        b = WorkflowBuilder(self.hasher, wid, self.cfg.tenant, round(self._t_ms, 3), self.rng, self.cfg)
         log: list[tuple[str, str, int]] = []     # (speaker, digest, tokens)
         read: dict[str, int] = {}                 # how much of the log each agent's thread holds
         think = 0.0
@@ -160,8 +186,10 @@ class Ag2Importer:
             elif name not in sys_prompts:
                 think += self.think_ms
             log.append(entry)
+        calls = b.finish()
+        _check_bounds(calls)
         self._n += 1
-        return b.finish()
+        return calls
 
     @staticmethod
     def _seg(viewer: str, entry: tuple[str, str, int]) -> tuple:
@@ -169,20 +197,56 @@ class Ag2Importer:
         return (("msg", "assistant" if speaker == viewer else "user", speaker, dig), n)
 
 
+def _check_bounds(calls: list[Call]) -> None:
+    """LogError unless the trace reader accepts every call (trace/limits.py): a huge message or
+    think time is one bad file, not a trace that cannot be read."""
+    for c in calls:
+        where = f"call {c.call} ({c.agent})"
+        if c.input_length > MAX_TOKENS or c.output_length > MAX_TOKENS:
+            raise LogError(f"{where}: {max(c.input_length, c.output_length):,} tokens, more than the "
+                           f"{MAX_TOKENS:,} a trace allows")
+        if c.think_ms > MAX_TIME_MS or (c.timestamp or 0.0) > MAX_TIME_MS:
+            raise LogError(f"{where}: think time or start past {MAX_TIME_MS:.0e} ms, the most a trace allows")
+        if len(orjson.dumps(c.to_json())) > MAX_LINE_BYTES:
+            raise LogError(f"{where}: its trace line would be longer than {MAX_LINE_BYTES:,} bytes")
+
+
+def _temp_beside(out: Path) -> Path:
+    """A new empty file next to `out`, with `out`'s suffix (so `.gz` still means gzip) and the
+    permissions a plain new file gets."""
+    while True:
+        tmp = out.with_name(f".{out.stem}.{secrets.token_hex(4)}.part{out.suffix}")
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+
+
 def import_ag2(src: str | Path, out: str | Path, importer: Ag2Importer | None = None) -> ImportResult:
-    """Import every log under `src` into the trace `out`; bad files are collected, not fatal."""
+    """Import every log under `src` into the trace `out`; bad files are collected, not fatal.
+
+    `out` is replaced only when the whole trace is written."""
     imp = importer or Ag2Importer()
     files = log_files(src)
     res = ImportResult()
-    with TraceWriter(out, imp.header(f"AG2 logs from {src}")) as w:
-        for f in files:
-            try:
-                calls = imp.workflow(f)
-            except (LogError, OSError) as e:
-                res.errors.append((str(f), str(e)))
-                continue
-            for c in calls:
-                w.write(c)
-            res.workflows += 1
-            res.calls += len(calls)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_beside(out)
+    try:
+        with TraceWriter(tmp, imp.header(f"AG2 logs from {src}")) as w:
+            for f in files:
+                try:
+                    calls = imp.workflow(f)
+                except (LogError, OSError) as e:
+                    res.errors.append((str(f), str(e)))
+                    continue
+                for c in calls:
+                    w.write(c)
+                res.workflows += 1
+                res.calls += len(calls)
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return res
