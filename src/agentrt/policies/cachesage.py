@@ -36,6 +36,8 @@ from agentrt.runtime.actions import WarmUp
 from agentrt.runtime.state import threads_of
 from agentrt.runtime.policy import Policy, Prediction
 from agentrt.policies.transitions import END, TransitionLearner
+from agentrt.policies.timing import MAX_AGENT_KEYS
+from agentrt.runtime.window import TenantKeyed
 
 
 class CacheSagePolicy(Policy):
@@ -61,7 +63,9 @@ class CacheSagePolicy(Policy):
         self.warmup_message_tokens = warmup_message_tokens
         self._survival: dict[tuple[str, str], float] = {}
         self._dirty = True
-        self._warming: dict[tuple[str, str], float] = {}
+        # agents warmed and not yet called, bounded max-min by tenant (an entry leaves when its
+        # agent calls; one never called again would otherwise stay for good)
+        self._warming: dict[tuple[str, str], float] = TenantKeyed(MAX_AGENT_KEYS)
         self.warmups_issued = 0
         # per live workflow with a path: its start (tenant, current agent); live workflows per start
         self._start: dict[str, tuple[str, str]] = {}

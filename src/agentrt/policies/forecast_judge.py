@@ -16,16 +16,18 @@ whose successor is fixed) a rounding difference must not flip the forecast, whos
 structure is the trained predictor's strength.
 Probabilities are floored at the predictors' own evaluation floor (`predict.samples.PROB_FLOOR`)
 before the log; an outcome a forecast gave no weight costs log(1 / floor).
-State is bounded: at most `max_keys` (tenant, agent) pairs, the least recently scored dropped.
+State is bounded: at most `max_keys` (tenant, agent) pairs; past it the tenant holding the most
+loses its least recently scored one, so no tenant's agents are dropped by another's.
 Nothing reads a clock.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
+from collections import deque
 
 from agentrt.predict.samples import PROB_FLOOR
+from agentrt.runtime.tenant_lru import TenantLRU
 
 DECISIVE = math.log(100.0)   # nats: a likelihood ratio of 100 (Jeffreys' scale, "decisive")
 
@@ -51,7 +53,8 @@ class ForecastJudge:
             raise ValueError(f"max_keys must be >= 1, got {max_keys}")
         self.window = window
         self.max_keys = max_keys
-        self._keys: OrderedDict[tuple[str, str], _Losses] = OrderedDict()
+        # max-min by tenant (runtime/tenant_lru.py): one tenant's invented agents drop its own
+        self._keys = TenantLRU(max_keys, on_drop=lambda t, a, _v: self._online.discard((t, a)))
         self._online: set[tuple[str, str]] = set()     # keys whose online losses are decisively lower
 
     def record(self, tenant: str, agent: str, p_trained: float, p_online: float) -> None:
@@ -60,12 +63,10 @@ class ForecastJudge:
         key = (tenant, agent)
         s = self._keys.get(key)
         if s is None:
-            s = self._keys[key] = _Losses()
-            if len(self._keys) > self.max_keys:
-                gone, _ = self._keys.popitem(last=False)
-                self._online.discard(gone)
+            s = _Losses()
+            self._keys.set(key, s)
         else:
-            self._keys.move_to_end(key)
+            self._keys.touch(key)
         lt, lo = log_loss(p_trained), log_loss(p_online)
         if len(s.pairs) == self.window:
             ot, oo = s.pairs.popleft()

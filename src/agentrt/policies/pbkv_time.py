@@ -79,7 +79,7 @@ from agentrt.policies.turns import TurnHazard
 from agentrt.policies.timing import MAX_AGENT_KEYS, TINY, AgentTimes, _dropped, _Tail, thread_density
 from agentrt.runtime import events as ev
 from agentrt.runtime.state import threads_of
-from agentrt.runtime.window import SampleWindow, window_in
+from agentrt.runtime.window import SampleWindow, TenantKeyed, window_in
 
 
 class PBKVTimePolicy(PBKVPolicy):
@@ -96,12 +96,14 @@ class PBKVTimePolicy(PBKVPolicy):
         self._steps: OnlineSteps | None = None   # online forecasts (option `online`)
         self.judge = ForecastJudge()             # trained or online, per agent (option `online`)
         self._out_len: dict[str, int] = {}       # workflow -> path length its `_out` forecast saw
-        self._tail: dict[tuple[str, str], _Tail] = {}     # agent -> blocks its next call drops
+        # per-agent tables, bounded max-min by tenant (`TenantKeyed`)
+        self._tail: dict[tuple[str, str], _Tail] = TenantKeyed(MAX_AGENT_KEYS)   # agent -> blocks its next call drops
         self.now = 0.0
         self.times = AgentTimes()
-        self._arrivals: dict[tuple[str, str], list] = {}      # agent -> [last thread start, SampleWindow]
+        self._arrivals: dict[tuple[str, str], list] = TenantKeyed(MAX_AGENT_KEYS)  # agent -> [last thread start, SampleWindow]
         self._anchors: dict[str, dict[int, set[str]]] = {}    # tenant -> hash -> agents
-        self._anchor_of: dict[tuple[str, str], tuple] = {}   # agent -> its anchor's hashes
+        self._anchor_of: dict[tuple[str, str], tuple] = TenantKeyed(      # agent -> its anchor's hashes
+            MAX_AGENT_KEYS, on_drop=lambda key, hashes: self._set_anchor(key, hashes, ()))
         self._multi: set[str] = set()     # tenants one of whose workflows made a second call
         self._turns = TurnHazard()        # inferred conversation turns of the other tenants
 
@@ -140,8 +142,6 @@ class PBKVTimePolicy(PBKVPolicy):
             # a thread starts: the calls that read an anchor without a live thread holding it
             a = self._arrivals.get(key)
             if a is None:
-                if len(self._arrivals) >= MAX_AGENT_KEYS:      # bounded as the other agent tables
-                    self._arrivals.pop(next(iter(self._arrivals)))
                 self._arrivals[key] = [e.now, SampleWindow()]
             else:
                 a[1].add(e.now - a[0])
@@ -160,8 +160,8 @@ class PBKVTimePolicy(PBKVPolicy):
 
     def _set_anchor(self, key: tuple[str, str], old: tuple, new: tuple) -> None:
         """The agent's anchor blocks go from `old` to `new` in its tenant's table; at most
-        MAX_AGENT_KEYS agents keep one (the longest-held dropped first): a client inventing
-        agents cannot grow the table without bound."""
+        MAX_AGENT_KEYS agents keep one (past it, the tenant with the most loses its longest
+        unchanged): a client inventing agents cannot grow the table, nor drop another tenant's."""
         tenant, agent = key
         table = self._anchors.setdefault(tenant, {})
         keep = set(new)
@@ -178,9 +178,6 @@ class PBKVTimePolicy(PBKVPolicy):
             self._anchor_of[key] = new
         else:
             self._anchor_of.pop(key, None)
-        while len(self._anchor_of) > MAX_AGENT_KEYS:
-            gone, hashes = next(iter(self._anchor_of.items()))
-            self._set_anchor(gone, hashes, ())
 
     def anchor_density(self, tenant: str, hash_id: int) -> float | None:
         if tenant not in self._multi:

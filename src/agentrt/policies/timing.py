@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from agentrt.policies.announced import MIN_GAP, LogStats, lognormal_residual, mapped_residual, posterior
-from agentrt.runtime.window import SampleWindow, window_in
+from agentrt.runtime.window import SampleWindow, TenantKeyed, window_in
 
 TINY = 1e-6   # seconds: floor of an expected residency (a use due now is not infinitely dense)
 # per-agent tables (durations, tails, anchors) keep at most this many keys, the oldest dropped
@@ -50,14 +50,15 @@ class AgentTimes:
                  "err_log_all", "_inflight", "_since")
 
     def __init__(self) -> None:
-        self.svc: dict[tuple[str, str], SampleWindow] = {}
-        self.gap: dict[tuple[str, str, bool], SampleWindow] = {}
+        # per-agent tables, bounded max-min by tenant (`TenantKeyed`)
+        self.svc: dict[tuple[str, str], SampleWindow] = TenantKeyed(MAX_AGENT_KEYS)
+        self.gap: dict[tuple[str, str, bool], SampleWindow] = TenantKeyed(MAX_AGENT_KEYS)
         self.svc_all = SampleWindow()
         self.gap_all = SampleWindow()
         # announced tool times (`announced.py`): log tool waits, and log(real / announced) waits
-        self.tool_log: dict[tuple[str, str], LogStats] = {}
+        self.tool_log: dict[tuple[str, str], LogStats] = TenantKeyed(MAX_AGENT_KEYS)
         self.tool_log_all = LogStats()
-        self.err_log: dict[tuple[str, str], LogStats] = {}
+        self.err_log: dict[tuple[str, str], LogStats] = TenantKeyed(MAX_AGENT_KEYS)
         self.err_log_all = LogStats()
         self._inflight: dict[int, tuple[float, str]] = {}     # rid -> (arrival, agent)
         # workflow -> its latest finish: (time, agent, ended in a tool call, announced tool time)

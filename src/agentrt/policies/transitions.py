@@ -7,14 +7,19 @@ breadth-first search over the learned graph: for every agent within `k` hops, th
 the most likely path to it (a cheap stand-in for the matrix powers that give exact k-step
 probabilities, as CacheSage does).
 State is bounded: at most `max_sources` source agents are kept (the runtime's `max_agents`
-default), the least recently observed dropped first, so a server that sees a new system prompt
-per request (agents inferred from anchors) does not grow without end.
+default), so a server that sees a new system prompt per request (agents inferred from anchors)
+does not grow without end. Sources keyed (tenant, agent) share the bound max-min by tenant
+(`runtime/tenant_lru.py`): past it, the tenant holding the most sources loses its least recently
+observed one, so a tenant inventing agents never drops another tenant's transitions. Other keys
+(a learner of one tenant's agents) are one tenant: the least recently observed goes first.
 """
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Hashable
+
+from agentrt.runtime.tenant_lru import TenantLRU
 
 END = "<end>"
 
@@ -27,23 +32,27 @@ class TransitionLearner:
             raise ValueError(f"max_sources must be > 0, got {max_sources}")
         self.window = window
         self.max_sources = max_sources
-        self._succ: OrderedDict[Hashable, deque] = OrderedDict()   # least recently observed first
+        self._succ = TenantLRU(max_sources, on_drop=self._dropped)   # (tenant, agent) -> successors
         self._counts: dict[Hashable, Counter] = {}
         self.observations = 0
         self.dropped_sources = 0
 
+    def _dropped(self, tenant: str, agent: Hashable, _q) -> None:
+        del self._counts[agent if tenant == _ONE else (tenant, agent)]
+        self.dropped_sources += 1
+
     def observe(self, src: Hashable, dst: Hashable) -> None:
-        q = self._succ.get(src)
+        key = _keyed(src)
+        q = self._succ.get(key)
         if q is None:
-            q = self._succ[src] = deque()
+            q = deque()
             self._counts[src] = Counter()
-            if len(self._succ) > self.max_sources:
-                gone, _ = self._succ.popitem(last=False)
-                del self._counts[gone]
-                self.dropped_sources += 1
+            self._succ.set(key, q)
         else:
-            self._succ.move_to_end(src)
-        c = self._counts[src]
+            self._succ.touch(key)
+        c = self._counts.get(src)
+        if c is None:          # dropped at once: a bound of one source, held by another tenant
+            return
         if len(q) == self.window:
             old = q.popleft()
             c[old] -= 1
@@ -85,4 +94,15 @@ class TransitionLearner:
         return len(self._succ)
 
     def state_bytes(self) -> int:
-        return sum(120 + 16 * len(q) + 60 * len(self._counts[s]) for s, q in self._succ.items())
+        return sum(120 + 16 * len(q) + 60 * len(self._counts[k[1] if k[0] == _ONE else k])
+                   for k, q in self._succ.items())
+
+
+_ONE = "\x00one"      # the tenant of sources not keyed (tenant, agent): a single-tenant learner
+
+
+def _keyed(src: Hashable) -> tuple:
+    """The bounded map's (tenant, key) for a source."""
+    if type(src) is tuple and len(src) == 2 and type(src[0]) is str:
+        return src
+    return (_ONE, src)

@@ -16,6 +16,8 @@ from collections import deque
 
 import numpy as np
 
+from agentrt.runtime.tenant_lru import TenantLRU
+
 
 class SampleWindow:
     """The latest `keep` samples, sorted; `n` counts every sample ever added."""
@@ -66,10 +68,44 @@ class SampleWindow:
         return float(self.sums[i]) / (len(o) - i) - elapsed
 
 
+class TenantKeyed(dict):
+    """A dict keyed by tuples whose first item is a tenant, holding at most `max_keys`: past it,
+    the tenant with the most keys loses its oldest (max-min by tenant, `tenant_lru.py`), so a
+    tenant inventing agents never drops another tenant's entries. Reads are a dict's; writes go
+    through `[]=`, `pop` and `del`. `on_drop(key, value)` is told of each key the bound drops."""
+
+    __slots__ = ("_order", "_on_drop")
+
+    def __init__(self, max_keys: int, on_drop=None) -> None:
+        super().__init__()
+        self._on_drop = on_drop
+        self._order = TenantLRU(max_keys, on_drop=self._dropped)
+
+    def _dropped(self, _tenant: str, key, _value) -> None:
+        value = dict.pop(self, key)
+        if self._on_drop is not None:
+            self._on_drop(key, value)
+
+    def __setitem__(self, key, value) -> None:
+        dict.__setitem__(self, key, value)
+        self._order.set((key[0], key), None)
+
+    def pop(self, key, *default):
+        self._order.pop((key[0], key))
+        return dict.pop(self, key, *default)
+
+    def __delitem__(self, key) -> None:
+        self.pop(key)
+
+
 def window_in(table: dict, key, max_keys: int, make) -> SampleWindow:
     """`table[key]`, made by `make()` when absent; the oldest key is dropped first when the table
-    already holds `max_keys` (per-class windows stay bounded)."""
+    already holds `max_keys` (per-class windows stay bounded). A `TenantKeyed` table bounds
+    itself, max-min by tenant."""
     w = table.get(key)
+    if w is None and isinstance(table, TenantKeyed):
+        w = table[key] = make()
+        return w
     if w is None:
         if len(table) >= max_keys:
             table.pop(next(iter(table)))
