@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentrt.engine.replay import FileCalls
 from agentrt.errors import AgentrtError
 from agentrt.trace.reader import TraceReader
 from agentrt.trace.schema import Call, TraceHeader
@@ -88,8 +89,9 @@ class TraceSource:
         return self._split(True)
 
     def eval_calls(self) -> Iterator[Call]:
-        """What every policy is scored on: the calls after the training split."""
-        return self._split(False)
+        """What every policy is scored on: the calls after the training split (their replay's
+        errors name the file)."""
+        return FileCalls(self._split(False), str(self.path))
 
     @property
     def eval_calls_count(self) -> int:

@@ -30,12 +30,28 @@ import heapq
 from collections import deque
 from collections.abc import Iterator
 
-from agentrt.errors import AgentrtError
+from agentrt.errors import AgentrtError, TraceError
 from agentrt.trace.limits import GENERATED_PREFIX
 from agentrt.trace.schema import Call
 
 MS = 1e-3
 READ_AHEAD = 10_000   # calls: how far a file without `last` flags is searched for a workflow's next call
+
+
+class FileCalls:
+    """An iterator of a trace file's calls that knows the file, so a replay error names it."""
+
+    __slots__ = ("path", "_calls")
+
+    def __init__(self, calls: Iterator[Call], path: str) -> None:
+        self.path = path
+        self._calls = calls
+
+    def __iter__(self) -> "FileCalls":
+        return self
+
+    def __next__(self) -> Call:
+        return next(self._calls)
 
 
 class _Workflow:
@@ -56,12 +72,15 @@ class _Workflow:
 
 class WorkflowReplay:
     def __init__(self, calls: Iterator[Call], concurrency: int | None = None,
-                 time_scale: float = 1.0) -> None:
+                 time_scale: float = 1.0, path: str | None = None) -> None:
+        """`path`: the trace file, named in errors (default: `calls.path`, as `FileCalls` and
+        `TraceReader` have)."""
         if concurrency is not None and concurrency <= 0:
             raise ValueError(f"concurrency must be > 0, got {concurrency}")
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self._calls = calls
+        self._path = path
         self._ts = MS * time_scale     # trace timestamps (ms) -> replay seconds
         self.concurrency = concurrency
         self._starts: deque[Call] = deque()   # closed loop: workflow starts waiting for a slot
@@ -90,10 +109,13 @@ class WorkflowReplay:
         wf = self.workflows.get(c.workflow)
         if wf is None:
             if c.timestamp is None:
-                raise AgentrtError(
-                    f"trace line {c.line}: field 'workflow': workflow {c.workflow!r} has no 'last' flags "
-                    f"and none of its calls appeared in the {READ_AHEAD:,} calls before this one, so "
-                    f"the replay had ended it; mark each workflow's final call 'last': true")
+                why = (f"workflow {c.workflow!r} has no 'last' flags and none of its calls appeared "
+                       f"in the {READ_AHEAD:,} calls before this one, so the replay had ended it; "
+                       f"mark each workflow's final call 'last': true")
+                path = self._path or getattr(self._calls, "path", None)
+                if path is None:
+                    raise AgentrtError(f"trace line {c.line}: field 'workflow': {why}")
+                raise TraceError(path, c.line, "workflow", why)
             t = c.timestamp * self._ts
             if self.concurrency is None and t < self._clock:
                 self.late_arrivals += 1
