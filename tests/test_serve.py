@@ -483,8 +483,9 @@ def test_warmup_raises_the_next_calls_cached_tokens(serve_factory):
     warm = [r for r in sage["state"]["recent"] if r["warmup"]]
     assert [r["agent"] for r in warm] == ["B"] and warm[0]["status"] == 200
     m = sage["metrics"]
-    assert 'agentrt_warmups_total{agent="B",outcome="ok",policy="cachesage"} 1.0' in m
-    assert f'agentrt_warmup_prompt_tokens_total{{agent="B",policy="cachesage"}} {float(warm[0]["prompt_tokens"])}' in m
+    assert 'agentrt_warmups_total{agent="B",outcome="ok",policy="cachesage",tenant="default"} 1.0' in m
+    assert (f'agentrt_warmup_prompt_tokens_total{{agent="B",policy="cachesage",tenant="default"}} '
+            f'{float(warm[0]["prompt_tokens"])}') in m
     assert 'agentrt_hit_rate{policy="cachesage"}' in m
 
 

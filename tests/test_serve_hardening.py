@@ -202,10 +202,31 @@ def test_label_cap_per_key():
     assert [alone(f"a{i}", "A") for i in range(9)] == [f"a{i}" for i in range(8)] + ["other"]
     cap = LabelCap(8, 2)
     assert [cap(f"a{i}", "A") for i in range(3)] == ["a0", "a1", "a2"]  # one tenant: no share yet
-    assert cap("a0", "B") == "a0"                                        # seen: anyone reads it
-    assert [cap(f"b{i}", "B") for i in range(3)] == ["b0", "b1", "other"]
+    # B's "a0" is B's own series (a tenant never reads another's), so it counts for B
+    assert cap("a0", "B") == "a0"
+    assert [cap(f"b{i}", "B") for i in range(2)] == ["b0", "other"]
     assert cap("a3", "A") == "other"                                     # two tenants: shares hold
+    assert cap("a1", "A") == "a1" and cap("b0", "B") == "b0"             # held pairs stay theirs
     assert LabelCap(2)("x") == "x"                                       # no per-key limit
+    # the keys file names several tenants: the share holds from the first call on, so the
+    # tenant that calls first cannot take every label
+    known = LabelCap(8, 2, shared=True)
+    assert [known(f"a{i}", "A") for i in range(3)] == ["a0", "a1", "other"]
+    assert known("b0", "B") == "b0"
+
+
+def test_per_agent_series_are_per_tenant():
+    """Two tenants' agents of the same name are two series: one tenant's calls never move the
+    other's hit rate (found by a review: one shared `planner` series, rewritten by B's call)."""
+    b = RuntimeBridge("lru", known_tenants=2)
+    usage = {"prompt_tokens": 1000, "prompt_tokens_details": {"cached_tokens": 900}}
+    b.metrics.call("planner", "/v1/chat/completions", 200, 0.1, usage, tenant="team-a")
+    b.metrics.call("planner", "/v1/chat/completions", 200, 0.1,
+                   {"prompt_tokens": 1000, "prompt_tokens_details": {"cached_tokens": 0}}, tenant="team-b")
+    text = b.metrics.exposition().decode()
+    assert 'agentrt_agent_hit_rate{agent="planner",policy="lru",tenant="team-a"} 0.9' in text
+    assert 'agentrt_agent_hit_rate{agent="planner",policy="lru",tenant="team-b"} 0.0' in text
+    assert 'agentrt_prompt_tokens_total{agent="planner",policy="lru",tenant="team-a"} 1000.0' in text
 
 
 def test_pbkv_ta_agent_tables_stay_bounded_when_a_client_invents_agents(monkeypatch):

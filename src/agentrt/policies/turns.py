@@ -16,8 +16,8 @@ the whole previous prompt and appends to it. Model:
 - A block's density is the expected follow-ups per second of residency from its age on, within
   the horizon (as LHD, Beckmann et al., NSDI 2018): with S the survival under the learned
   hazard, (1 - S(end)) / integral of S. Its class is the turn of the latest request that read it.
-Turn classes are where conversations differ: on Mooncake's traces a first turn is followed up
-30% (conversation) and 17% (synthetic) of the time, a third turn 51% and 79%. Nothing reads a
+Turn classes are where conversations differ: on Mooncake's traces a later turn is followed up
+far more often than a first (`python benchmarks/turns.py` prints the shares). Nothing reads a
 clock: times are passed in. Tables are bounded (MAX_OPEN requests, MAX_BLOCKS block classes per
 instance, oldest dropped first).
 """
@@ -43,7 +43,7 @@ def _bin(age: float) -> int:
 
 
 class _Tenant:
-    __slots__ = ("ends", "reader", "events", "exposure", "inside", "table", "dirty")
+    __slots__ = ("ends", "reader", "events", "exposure", "inside", "requests", "table", "dirty")
 
     def __init__(self) -> None:
         self.ends: OrderedDict[int, list] = OrderedDict()   # last hash -> [turn, t_arrival, bin, open, blocks]
@@ -51,6 +51,7 @@ class _Tenant:
         self.events = np.zeros((CLASSES, len(WIDTH)))
         self.exposure = np.zeros((CLASSES, len(WIDTH)))
         self.inside = np.zeros((CLASSES, len(WIDTH)))       # open requests now in each bin
+        self.requests = np.zeros(CLASSES)                    # requests seen per turn class
         self.table: np.ndarray | None = None
         self.dirty = True
 
@@ -98,6 +99,7 @@ class TurnHazard:
             t.reader.popitem(last=False)
         t.ends[hash_ids[-1]] = rec
         t.inside[cls, 0] += 1
+        t.requests[cls] += 1
         t.dirty = True
         self._open += 1
         self._seq += 1
@@ -172,6 +174,13 @@ class TurnHazard:
             t.dirty = False
         cls, since = got
         return float(t.table[cls, _bin(max(now - since, 0.0))])
+
+    def followed_share(self, tenant: str) -> list[float]:
+        """Per turn class: the share of the tenant's requests followed up so far."""
+        t = self._tenants.get(tenant)
+        if t is None:
+            return [0.0] * CLASSES
+        return [float(e / r) if r else 0.0 for e, r in zip(t.events.sum(axis=1), t.requests)]
 
     def state_bytes(self) -> int:
         return 120 * len(self._block_class) + 200 * self._open + 400 * len(self._tenants)

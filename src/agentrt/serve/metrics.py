@@ -1,15 +1,17 @@
-"""Prometheus metrics of `agentrt serve`, labelled by policy and agent.
+"""Prometheus metrics of `agentrt serve`, labelled by policy, and per agent by tenant and agent.
 
 Token counts come from the upstream's responses: `usage.prompt_tokens` and
 `usage.prompt_tokens_details.cached_tokens` (vLLM with --enable-prompt-tokens-details). A streamed
 response carries usage only when the client asked for it (`stream_options.include_usage`); the
 server does not change the stream to get it, so such calls count in `agentrt_requests_total` and
 `agentrt_requests_without_usage_total` but not in the token counters. Hit rates are cached over
-prompt tokens of user calls, warm-ups excluded. Agent and tenant label values are capped
-(`max_agents`, `max_tenants`, then "other"; once a second tenant calls, one tenant names at most
-a quarter of the agent labels, so its invented ids cannot turn another tenant's agents into
-"other"; a server with one tenant keeps all of them) so a framework
-that invents an id per call, or
+prompt tokens of user calls, warm-ups excluded. Per-agent series carry the tenant: two tenants'
+agents of the same name are two series, so one tenant's traffic never moves another's values.
+Agent and tenant label values are capped (`max_agents` (tenant, agent) pairs and `max_tenants`
+tenants, then "other"; one tenant names at most a quarter of the agent labels once a second
+tenant calls, or from the start where the keys file names two or more, so its invented ids
+cannot turn another tenant's agents into "other"; a server with one tenant keeps all of them) so
+a framework that invents an id per call, or
 (without `--auth`) a client that sends a new `X-Tenant-Id` each time, cannot blow up the series
 count; under `--auth` tenants are the keys file's. Workflow ends (`agentrt_workflows_ended_total`)
 are counted by reason: "client" (`X-Workflow-End` or the end route), "call" (a call that named
@@ -28,47 +30,53 @@ END_REASONS = ("client", "call", "cap", "silent")
 
 
 class LabelCap:
-    """At most `limit` distinct values of one label, and, once a second key (tenant) has asked,
-    at most `per_key` of them first seen for one key; values first seen past either read "other".
-    A server with one tenant (every server without `--auth`) keeps all `limit` for it."""
+    """At most `limit` distinct values of one label (with a key: distinct (key, value) pairs),
+    and, once a second key (tenant) has asked, or from the start when `shared`, at most `per_key`
+    of them for one key; values first seen past either read "other". A server with one tenant
+    (every server without `--auth`) keeps all `limit` for it."""
 
-    __slots__ = ("limit", "per_key", "seen", "_by_key")
+    __slots__ = ("limit", "per_key", "shared", "seen", "_by_key")
 
-    def __init__(self, limit: int, per_key: int | None = None) -> None:
+    def __init__(self, limit: int, per_key: int | None = None, shared: bool = False) -> None:
         self.limit = limit
         self.per_key = per_key
-        self.seen: set[str] = set()
+        self.shared = shared
+        self.seen: set = set()
         self._by_key: dict[str, int] = {}        # key -> values it added (at most `limit` keys)
 
     def __call__(self, value: str, key: str | None = None) -> str:
-        if value in self.seen:
+        k = key or ""
+        pair = (k, value) if self.per_key is not None else value
+        if pair in self.seen:
             return value
         if len(self.seen) >= self.limit:
             return "other"
         if self.per_key is not None:
-            k = key or ""
             n = self._by_key.get(k, 0)
-            if n >= self.per_key and (len(self._by_key) > 1 or k not in self._by_key):
+            if n >= self.per_key and (self.shared or len(self._by_key) > 1 or k not in self._by_key):
                 return "other"
             self._by_key[k] = n + 1
-        self.seen.add(value)
+        self.seen.add(pair)
         return value
 
 
 class ServeMetrics:
-    def __init__(self, policy: str, max_agents: int = 256, max_tenants: int = 256) -> None:
+    def __init__(self, policy: str, max_agents: int = 256, max_tenants: int = 256,
+                 known_tenants: int = 0) -> None:
+        """`known_tenants`: how many tenants the keys file names (0 without `--auth`)."""
         self.policy = policy
         self.max_agents = max_agents
         # one tenant may name at most a quarter of the agent labels: with --auth, another
-        # tenant's agents keep their own series however many agent ids one tenant invents
-        self._agents = LabelCap(max_agents, max(1, max_agents // 4))
+        # tenant's agents keep their own series however many agent ids one tenant invents,
+        # even one that called first
+        self._agents = LabelCap(max_agents, max(1, max_agents // 4), shared=known_tenants >= 2)
         self.tenant_label = LabelCap(max_tenants)
-        self._tokens: dict[str, list[int]] = {}      # agent label -> [prompt, cached]
+        self._tokens: dict[tuple[str, str], list[int]] = {}      # (tenant, agent) labels -> [prompt, cached]
         self._total = [0, 0]
         r = self.registry = CollectorRegistry()
-        pa = ["policy", "agent"]
+        pa = ["policy", "tenant", "agent"]
         self.requests = Counter("agentrt_requests", "Calls forwarded to the upstream, by outcome",
-                                ["policy", "agent", "endpoint", "status"], registry=r)
+                                ["policy", "tenant", "agent", "endpoint", "status"], registry=r)
         self.no_usage = Counter("agentrt_requests_without_usage", "Successful calls whose response "
                                 "had no usage (streams without include_usage)", pa, registry=r)
         self.prompt_tokens = Counter("agentrt_prompt_tokens", "Prompt tokens of user calls", pa, registry=r)
@@ -81,7 +89,7 @@ class ServeMetrics:
         self.hit_rate = Gauge("agentrt_hit_rate", "Cached / prompt tokens of all user calls",
                               ["policy"], registry=r)
         self.warmups = Counter("agentrt_warmups", "Warm-up requests sent, by outcome",
-                               ["policy", "agent", "outcome"], registry=r)
+                               ["policy", "tenant", "agent", "outcome"], registry=r)
         self.warmup_prompt_tokens = Counter("agentrt_warmup_prompt_tokens", "Prompt tokens of "
                                             "warm-up requests", pa, registry=r)
         self.warmup_computed_tokens = Counter("agentrt_warmup_computed_tokens", "Prompt tokens the "
@@ -113,11 +121,15 @@ class ServeMetrics:
         self.hit_rate.labels(policy).set(0.0)
         self.in_flight_now = self.in_flight.labels(policy)
         self.in_flight_now.set(0)
-        self._children: dict = {}        # (agent label, endpoint, status) -> labelled series
+        self._children: dict = {}        # (tenant, agent label, endpoint, status) -> labelled series
         self._tenant_children: dict = {}  # tenant label -> (prompt, cached) series
 
     def agent_label(self, agent: str | None, tenant: str | None = None) -> str:
         return self._agents(agent or "unknown", tenant)
+
+    def labels_of(self, agent: str | None, tenant: str | None) -> tuple[str, str]:
+        """(tenant label, agent label) of a call's per-agent series."""
+        return self.tenant_label(tenant or "default"), self.agent_label(agent, tenant or "default")
 
     def workflow_ended(self, tenant: str, reason: str) -> None:
         r = reason if reason in END_REASONS else "other"
@@ -125,17 +137,18 @@ class ServeMetrics:
 
     def call(self, agent: str | None, endpoint: str, status: int | str, seconds: float,
              usage: dict | None, tenant: str = "default", tool_call: bool = False) -> None:
-        a = self.agent_label(agent, tenant)
+        t, a = self.labels_of(agent, tenant)
         p = self.policy
-        key = (a, endpoint, status)
+        key = (t, a, endpoint, status)
         ch = self._children.get(key)
         if ch is None:                   # label lookups are the costly part: once per series
             if len(self._children) > 4 * self.max_agents * 8:
                 self._children.clear()
             ch = self._children[key] = (
-                self.requests.labels(p, a, endpoint, str(status)), self.latency.labels(p, endpoint),
-                self.no_usage.labels(p, a), self.prompt_tokens.labels(p, a), self.cached_tokens.labels(p, a),
-                self.agent_hit_rate.labels(p, a), self.hit_rate.labels(p), self.tool_calls.labels(p, a))
+                self.requests.labels(p, t, a, endpoint, str(status)), self.latency.labels(p, endpoint),
+                self.no_usage.labels(p, t, a), self.prompt_tokens.labels(p, t, a),
+                self.cached_tokens.labels(p, t, a), self.agent_hit_rate.labels(p, t, a),
+                self.hit_rate.labels(p), self.tool_calls.labels(p, t, a))
         ch[0].inc()
         ch[1].observe(seconds)
         if status != 200:
@@ -149,13 +162,13 @@ class ServeMetrics:
         ch[3].inc(prompt)
         ch[4].inc(cached)
         self._tenant_tokens(tenant, prompt, cached)
-        t = self._tokens.setdefault(a, [0, 0])
-        t[0] += prompt
-        t[1] += cached
+        tok = self._tokens.setdefault((t, a), [0, 0])
+        tok[0] += prompt
+        tok[1] += cached
         self._total[0] += prompt
         self._total[1] += cached
-        if t[0]:
-            ch[5].set(t[1] / t[0])
+        if tok[0]:
+            ch[5].set(tok[1] / tok[0])
         if self._total[0]:
             ch[6].set(self._total[1] / self._total[0])
 
@@ -169,12 +182,12 @@ class ServeMetrics:
         ch[1].inc(cached)
 
     def warmup(self, agent: str, outcome: str, usage: dict | None, tenant: str | None = None) -> None:
-        a = self.agent_label(agent, tenant)
-        self.warmups.labels(self.policy, a, outcome).inc()
+        t, a = self.labels_of(agent, tenant)
+        self.warmups.labels(self.policy, t, a, outcome).inc()
         prompt, cached = usage_tokens(usage)
         if prompt is not None:
-            self.warmup_prompt_tokens.labels(self.policy, a).inc(prompt)
-            self.warmup_computed_tokens.labels(self.policy, a).inc(max(0, prompt - cached))
+            self.warmup_prompt_tokens.labels(self.policy, t, a).inc(prompt)
+            self.warmup_computed_tokens.labels(self.policy, t, a).inc(max(0, prompt - cached))
 
     def totals(self) -> dict:
         prompt, cached = self._total

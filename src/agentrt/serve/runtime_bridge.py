@@ -70,7 +70,7 @@ class RuntimeBridge(ActLoop):
                  act_interval_s: float = 0.25, clock: Callable[[], float] = time.monotonic,
                  max_templates: int = 4096, max_agent_labels: int = 256,
                  max_tenant_labels: int = 256, scheduler: str = "fcfs",
-                 scheduler_options: dict | None = None) -> None:
+                 scheduler_options: dict | None = None, known_tenants: int = 0) -> None:
         if policy in BOUNDS:
             raise AgentrtError(f"'{policy}' is a bound (it needs the future of a trace), not a policy "
                                f"a server can run")
@@ -81,7 +81,7 @@ class RuntimeBridge(ActLoop):
         self.policy_name = policy
         self.runtime = AgentRuntime(pol, anchor_tokens=block_chars,
                                     max_anchor_tokens=block_chars * max_anchor_blocks)
-        self.metrics = ServeMetrics(policy, max_agent_labels, max_tenant_labels)
+        self.metrics = ServeMetrics(policy, max_agent_labels, max_tenant_labels, known_tenants)
         self.runtime.on_end = self._ended
         self._end_reason = "client"
         self.metrics.workflows_open.labels(policy).set_function(lambda: len(self.runtime.workflows))
