@@ -36,7 +36,7 @@ from agentrt.enginebench.client import ReplayResult, replay
 from agentrt.enginebench.priority import BenchPriorities
 from agentrt.enginebench.render import Renderer
 from agentrt.enginebench.summary import connector_stats, summarize
-from agentrt.errors import AgentrtError
+from agentrt.errors import AgentrtError, TraceError
 from agentrt.options import positive
 from agentrt.policies.registry import BOUNDS, check_names, policy_class
 from agentrt.trace.schema import Call
@@ -111,6 +111,16 @@ def plan_runs(policies: list[str], scheduler: str) -> list[tuple[str, str, str]]
     return [("lru", "lru", "fcfs")] + [(f"{p}+{scheduler}", p, scheduler) for p in policies]
 
 
+def check_identities(calls: list[Call], path: str) -> None:
+    """Refuse, before vLLM starts, a call whose tenant or ids the connector would drop (it would
+    replay them as tenant `default` or without its workflow, and the results would look valid)."""
+    from agentrt.vllm.identity import refused_by_connector
+    for c in calls:
+        bad = refused_by_connector(c.workflow, c.agent, c.tenant)
+        if bad is not None:
+            raise TraceError(path, c.line, *bad)
+
+
 def cut_calls(calls, max_calls: int | None) -> list[Call]:
     """Whole workflows, in order of first appearance, while the total stays within `max_calls`."""
     calls = list(calls)
@@ -166,6 +176,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
     calls = cut_calls(source.eval_calls(), opts.max_calls)
     if not calls:
         raise AgentrtError("no calls to replay (is the whole trace held back for training?)")
+    check_identities(calls, str(source.path))
     model_dir = build_model(opts.model_dir or default_model_dir(opts.model_size), opts.model_size)
     info = model_info(model_dir)
     tmp = tempfile.TemporaryDirectory(prefix="agentrt-enginebench-")

@@ -144,6 +144,22 @@ def request_identity(request, counts: HintCounts | None = None) -> tuple[Identit
     return ident, hints
 
 
+def refused_by_connector(workflow: str | None, agent: str | None, tenant: str | None) -> tuple[str, str] | None:
+    """(field, why) for the first identity field of a call the connector would drop (`xargs_for`'s
+    values read by the rules above), else None. A client checks before it replays: a dropped
+    tenant falls back to `default` and a dropped id loses the workflow's structure, silently.
+    Workflow ids the trace reader made up for unnamed lines are sent as they are and read back
+    as `line-N`, so they pass."""
+    if tenant is not None and tenant != "default" and not kvhints.TENANT_RE.fullmatch(tenant):
+        return "tenant", (f"the vLLM connector names tenants by {kvhints.TENANT_RE.pattern} "
+                          f"(as agentrt serve does), got {tenant[:80]!r}")
+    for field, v in (("workflow", workflow), ("agent", agent)):
+        if v is not None and clean_id(v) is None:
+            return field, (f"the vLLM connector takes printable ids of at most {kvhints.MAX_ID_CHARS} "
+                           f"characters, got {len(v):,} characters")
+    return None
+
+
 def xargs_for(workflow: str | None = None, agent: str | None = None, tenant: str | None = None,
               call: int | None = None, end: bool = False, tool_call: bool = False) -> dict:
     """The `vllm_xargs` a client sends for one call (only the fields it knows)."""
