@@ -178,6 +178,12 @@ def test_flags_the_run_would_ignore_are_errors(monkeypatch, capsys, tmp_path):
         (["bench", "--trace", str(trace), "--tool-scale", "4"], "with --trace they would be ignored"),
         (["import", "ag2", str(tmp_path / "logs"), "-o", str(tmp_path / "a.jsonl")], "no AG2 log (*.json) found"),
         (["generate", "team", "-o", str(tmp_path / "t.jsonl.bz2")], "written as .jsonl or .jsonl.gz, not .bz2"),
+        (["bench", "--workload", "mix", "--policies", "lru", "--predictor-kind", "markov"],
+         "--predictor-kind is for pbkv-he"),
+        (["bench", "--workload", "mix", "--policies", "lru", "--predictor-kind", "rgcn", "--predictor-noise", "0.1"],
+         "--predictor-kind and --predictor-noise are for"),
+        (["bench", "--engine", "vllm", "--workload", "mix", "--policies", "pbkv-ta", "--predictor-noise", "0.2"],
+         "--predictor-noise shapes the simulator's PBKV predictor"),
     ]
     for args, msg in cases:
         line = error_of(monkeypatch, capsys, *args)

@@ -77,6 +77,14 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                 o.setdefault("predictor", str(predictor))
     if predictor is not None and not any(n in PBKV_PREDICTING for n in names):
         raise AgentrtError(f"--predictor is for {', '.join(PBKV_PREDICTING)}; none is in --policies")
+    shaped = [f for f, on in (("--predictor-kind", predictor_kind != "graphsage"),
+                              ("--predictor-noise", predictor_noise != 0.0)) if on]
+    if shaped and engine != "sim":
+        raise AgentrtError(f"{' and '.join(shaped)} {'shapes' if len(shaped) == 1 else 'shape'} the simulator's PBKV predictor; with --engine vllm "
+                           f"the connector trains its own on the training split and they would be ignored")
+    if shaped and not any(n in PBKV_PREDICTING for n in names):
+        raise AgentrtError(f"{' and '.join(shaped)} {'is' if len(shaped) == 1 else 'are'} for "
+                           f"{', '.join(PBKV_PREDICTING)}; none is in --policies")
     opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
                         concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                         time_scale=time_scale, train_path=str(train) if train else None,
