@@ -25,7 +25,8 @@ def test_a_turn_follows_the_request_whose_prompt_but_its_partial_last_block_it_e
     assert t.events[0, turns._bin(10.0)] == 1
     th.arrived("t", [0, 1, 2, 4, 5, 6], 20.0)   # turn 3
     assert t.events[1].sum() == 1
-    assert th._block_class[("t", 6)] == (2, 20.0)
+    rec, pos = th._blocks[("t", 6)]
+    assert (rec[0], rec[1], pos) == (3, 20.0, 5)
     # each request is followed up once: a second branch from the first turn adds no event
     th.arrived("t", [0, 1, 2, 7], 30.0)
     assert t.events.sum() == 2
@@ -59,14 +60,25 @@ def test_later_turns_that_are_followed_more_often_rank_denser_and_tenants_stay_a
     assert th.density("a", 999_999_999, now) is None     # a block no prompt named
 
 
+def test_one_tenants_prompts_never_drop_another_tenants_turns(monkeypatch):
+    monkeypatch.setattr(turns, "MAX_BLOCKS", 64)
+    th = TurnHazard()
+    th.arrived("quiet", [1, 2, 3], 0.0)
+    for i in range(500):
+        th.arrived("loud", [10_000 + 4 * i + k for k in range(4)], float(i))
+    th.arrived("quiet", [1, 2, 3, 4], 600.0)                # still found as the next turn
+    assert th._tenants["quiet"].events.sum() == 1
+
+
 def test_tables_stay_bounded(monkeypatch):
     monkeypatch.setattr(turns, "MAX_OPEN", 50)
     monkeypatch.setattr(turns, "MAX_BLOCKS", 300)
     th = TurnHazard()
     for i in range(2000):
         th.arrived(f"t{i % 7}", [i * 3, i * 3 + 1, i * 3 + 2], float(i))
-    assert th._open <= 50 and len(th._block_class) <= 300
-    assert all(len(t.reader) <= 300 for t in th._tenants.values())
+    assert th._n_open <= 50 and len(th._blocks) <= 300
+    # the block map is shared max-min by tenant: no tenant holds much more than its share
+    assert max(th._blocks.tenant_size(f"t{i}") for i in range(7)) <= 300 // 7 + 1
     assert th.state_bytes() > 0
 
 

@@ -18,23 +18,26 @@ the whole previous prompt and appends to it. Model:
   hazard, (1 - S(end)) / integral of S. Its class is the turn of the latest request that read it.
 Turn classes are where conversations differ: on Mooncake's traces a later turn is followed up
 far more often than a first (`python benchmarks/turns.py` prints the shares). Nothing reads a
-clock: times are passed in. Tables are bounded (MAX_OPEN requests, MAX_BLOCKS block classes per
-instance, oldest dropped first).
+clock: times are passed in. Tables are bounded: MAX_OPEN open requests (the oldest censored
+first), MAX_BLOCKS blocks shared max-min by tenant (`runtime/tenant_lru.py`), MAX_TENANTS.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
+from collections import deque
 
 import numpy as np
+
+from agentrt.runtime.tenant_lru import TenantLRU
 
 CLASSES = 3                       # turn 1, 2, 3 or more
 EDGES = np.array([0.0] + [2.0 ** k for k in range(-3, 16)])   # age bins (s): 0, 1/8, ..., 32768
 WIDTH = np.diff(EDGES)
 MAX_OPEN = 65_536                 # requests waiting for a follow-up, per instance
-MAX_BLOCKS = 1 << 20              # block -> turn class entries, per instance
+MAX_BLOCKS = 1 << 17              # (tenant, block) -> latest request reading it, per instance
+MAX_TENANTS = 4096
 
 
 def _bin(age: float) -> int:
@@ -43,17 +46,19 @@ def _bin(age: float) -> int:
 
 
 class _Tenant:
-    __slots__ = ("ends", "reader", "events", "exposure", "inside", "requests", "table", "dirty")
+    __slots__ = ("events", "exposure", "inside", "requests", "table", "dirty")
 
     def __init__(self) -> None:
-        self.ends: OrderedDict[int, list] = OrderedDict()   # last hash -> [turn, t_arrival, bin, open, blocks]
-        self.reader: OrderedDict[int, tuple] = OrderedDict()  # hash -> (latest request reading it, position)
         self.events = np.zeros((CLASSES, len(WIDTH)))
         self.exposure = np.zeros((CLASSES, len(WIDTH)))
         self.inside = np.zeros((CLASSES, len(WIDTH)))       # open requests now in each bin
         self.requests = np.zeros(CLASSES)                    # requests seen per turn class
         self.table: np.ndarray | None = None
         self.dirty = True
+
+
+# a request's record: [turn, arrival time, age bin, open (not yet followed up or censored), blocks]
+TURN, T0, BIN, OPEN, BLOCKS = range(5)
 
 
 class TurnHazard:
@@ -63,8 +68,11 @@ class TurnHazard:
         self._tenants: dict[str, _Tenant] = {}
         self._crossings: list = []                  # (time, seq, tenant, record): next bin edge
         self._seq = 0
-        self._open = 0
-        self._block_class: OrderedDict[tuple[str, int], tuple[int, float]] = OrderedDict()
+        self._open: deque = deque()                 # (tenant, record), arrival order
+        self._n_open = 0
+        # (tenant, block hash) -> (latest request that read it, the block's position in it);
+        # max-min by tenant, so one tenant's prompts never drop another's
+        self._blocks = TenantLRU(MAX_BLOCKS)
 
     # ------------------------------------------------------------------ observe
     def arrived(self, tenant: str, hash_ids: list[int], now: float) -> None:
@@ -74,106 +82,96 @@ class TurnHazard:
             return
         t = self._tenants.get(tenant)
         if t is None:
+            if len(self._tenants) >= MAX_TENANTS:
+                self._tenants.pop(next(iter(self._tenants)))
             t = self._tenants[tenant] = _Tenant()
         turn = 1
-        rec = self._predecessor(t, hash_ids)
-        if rec is not None:
-            turn = rec[0] + 1
-            if rec[3]:
-                self._close(t, rec, now, followed=True)
+        pred = self._predecessor(tenant, hash_ids)
+        if pred is not None:
+            turn = pred[TURN] + 1
+            if pred[OPEN]:
+                self._close(t, pred, now, followed=True)
         cls = min(turn, CLASSES) - 1
-        for h in hash_ids:
-            key = (tenant, h)
-            self._block_class[key] = (cls, now)
-            self._block_class.move_to_end(key)
-        while len(self._block_class) > MAX_BLOCKS:
-            self._block_class.popitem(last=False)
-        old = t.ends.pop(hash_ids[-1], None)
-        if old is not None and old[3]:
-            self._close(t, old, now, followed=False)
         rec = [turn, now, 0, True, len(hash_ids)]
+        blocks = self._blocks
         for pos, h in enumerate(hash_ids):
-            t.reader[h] = (rec, pos)
-            t.reader.move_to_end(h)
-        while len(t.reader) > MAX_BLOCKS:
-            t.reader.popitem(last=False)
-        t.ends[hash_ids[-1]] = rec
+            blocks.set((tenant, h), (rec, pos))
         t.inside[cls, 0] += 1
         t.requests[cls] += 1
         t.dirty = True
-        self._open += 1
+        self._open.append((t, rec))
+        self._n_open += 1
         self._seq += 1
         heapq.heappush(self._crossings, (now + EDGES[1], self._seq, t, rec))
-        while self._open > MAX_OPEN:
+        while self._n_open > MAX_OPEN:
             self._drop_oldest()
 
-    @staticmethod
-    def _predecessor(t: "_Tenant", hash_ids: list[int]) -> list | None:
+    def _predecessor(self, tenant: str, hash_ids: list[int]) -> list | None:
         """The latest earlier request whose prompt, but for its last block (usually partial, so
         its hash changes once the next turn fills it), is a prefix of this one."""
-        reader = t.reader
+        blocks = self._blocks
         k = 0
-        while k < len(hash_ids) and hash_ids[k] in reader:
+        while k < len(hash_ids) and (tenant, hash_ids[k]) in blocks:
             k += 1
         if k == 0:
             return None
-        rec, pos = reader[hash_ids[k - 1]]
-        return rec if pos == k - 1 and k >= rec[4] - 1 and rec[4] >= 2 else None
+        rec, pos = blocks[(tenant, hash_ids[k - 1])]
+        return rec if pos == k - 1 and k >= rec[BLOCKS] - 1 and rec[BLOCKS] >= 2 else None
 
     def advance(self, now: float) -> None:
         """Move open requests across the bin edges they passed by `now`."""
         heap = self._crossings
         while heap and heap[0][0] <= now:
             _, _, t, rec = heapq.heappop(heap)
-            if not rec[3]:
+            if not rec[OPEN]:
                 continue
-            cls, b = min(rec[0], CLASSES) - 1, rec[2]
+            cls, b = min(rec[TURN], CLASSES) - 1, rec[BIN]
             t.exposure[cls, b] += WIDTH[b]
             t.inside[cls, b] -= 1
             t.dirty = True
             if b + 1 >= len(WIDTH):
-                rec[3] = False                   # past the horizon: never followed up
-                self._open -= 1
+                rec[OPEN] = False                # past the horizon: never followed up
+                self._n_open -= 1
                 continue
-            rec[2] = b + 1
+            rec[BIN] = b + 1
             t.inside[cls, b + 1] += 1
             self._seq += 1
-            heapq.heappush(heap, (rec[1] + EDGES[b + 2], self._seq, t, rec))
+            heapq.heappush(heap, (rec[T0] + EDGES[b + 2], self._seq, t, rec))
 
     def _close(self, t: _Tenant, rec: list, now: float, followed: bool) -> None:
-        cls, b = min(rec[0], CLASSES) - 1, rec[2]
-        t.exposure[cls, b] += max(now - rec[1] - EDGES[b], 0.0)
+        cls, b = min(rec[TURN], CLASSES) - 1, rec[BIN]
+        t.exposure[cls, b] += max(now - rec[T0] - EDGES[b], 0.0)
         t.inside[cls, b] -= 1
         if followed:
             t.events[cls, b] += 1
-        rec[3] = False
+        rec[OPEN] = False
         t.dirty = True
-        self._open -= 1
+        self._n_open -= 1
 
     def _drop_oldest(self) -> None:
-        for t in self._tenants.values():
-            while t.ends:
-                h, rec = next(iter(t.ends.items()))
-                del t.ends[h]
-                if rec[3]:
-                    self._close(t, rec, rec[1] + EDGES[rec[2]], followed=False)
-                    return
+        """Censor the oldest open request (the table is full): it counts as not followed up by
+        the start of its current bin."""
+        while self._open:
+            t, rec = self._open.popleft()
+            if rec[OPEN]:
+                self._close(t, rec, rec[T0] + EDGES[rec[BIN]], followed=False)
+                return
 
     # ------------------------------------------------------------------ score
     def density(self, tenant: str, hash_id: int, now: float) -> float | None:
         """Expected follow-ups per second of residency of a prompt block at `now`, from the turn
         and arrival of the latest request that read it; None where nothing is known (a tenant
-        not seen, or a block no prompt named: an output block, which no later prompt re-sends
-        under the same hash)."""
+        not seen or with no follow-up yet, or a block no prompt named: an output block, which
+        no later prompt re-sends under the same hash)."""
         t = self._tenants.get(tenant)
-        got = self._block_class.get((tenant, hash_id))
+        got = self._blocks.get((tenant, hash_id))
         if t is None or got is None or not t.events.any():
             return None          # nothing known, or no request followed up yet: recency decides
         if t.dirty or t.table is None:
             t.table = _densities(t)
             t.dirty = False
-        cls, since = got
-        return float(t.table[cls, _bin(max(now - since, 0.0))])
+        rec = got[0]
+        return float(t.table[min(rec[TURN], CLASSES) - 1, _bin(max(now - rec[T0], 0.0))])
 
     def followed_share(self, tenant: str) -> list[float]:
         """Per turn class: the share of the tenant's requests followed up so far."""
@@ -183,7 +181,7 @@ class TurnHazard:
         return [float(e / r) if r else 0.0 for e, r in zip(t.events.sum(axis=1), t.requests)]
 
     def state_bytes(self) -> int:
-        return 120 * len(self._block_class) + 200 * self._open + 400 * len(self._tenants)
+        return 150 * len(self._blocks) + 250 * self._n_open + 1500 * len(self._tenants)
 
 
 def _densities(t: _Tenant) -> np.ndarray:
