@@ -321,6 +321,32 @@ def test_pool_prefetch_loads_a_host_path_into_free_blocks():
     assert ph.call(live, {"agentrt_workflow": "live"}) == 16
 
 
+@requires_vllm
+@pytest.mark.slow
+def test_a_failure_during_a_prefetch_gives_every_block_back_to_the_pool():
+    """The policy raising while a prefetch holds new blocks (found by a review: the blocks stayed
+    referenced, the pool shrank for good and vLLM's cache reset failed from then on)."""
+    from agentrt.runtime.actions import Prefetch
+    from agentrt.vllm import act
+    ph = PoolHarness("lru", 40, host_blocks=64)
+    live = _prompt(1, 16)
+    ph.call(live, {"agentrt_workflow": "live"})
+    for i in range(3):                                     # push the live prefix to the host
+        ph.call(_prompt(100 + i, 12), {"agentrt_workflow": f"f{i}", "agentrt_end": 1})
+    node = ph.h.mirror.nodes[bytes(live[-1]) + b"\0\0\0\0"]
+    free = ph.pool.get_num_free_blocks()
+
+    def boom(e):
+        raise RuntimeError("policy failed")
+
+    ph.h.runtime.policy.observe = boom
+    ph._g(act.prefetch, ph.h, Prefetch("default", node, 16, evict_below=10**9))
+    assert ph.h.failed
+    assert ph.pool.get_num_free_blocks() == free
+    assert all(b.ref_cnt == 0 for b in ph.pool.blocks[1:])
+    assert ph.pool.reset_prefix_cache()
+
+
 # ---------------------------------------------------------------------------- live server
 def _tokens(seed: int, n: int) -> list[int]:
     rng = random.Random(seed)

@@ -117,15 +117,22 @@ def prefetch(h, a) -> int:
 def _load(h, path: list, depth: int) -> None:
     host, pool, mirror = h.host, h.pool, h.mirror
     blocks = pool.get_new_blocks(len(path))      # evictions here are demoted in this same step
-    # release what those blocks held from the mirror now, before they are mapped to the loaded
-    # nodes: a later flush would otherwise release the new mapping instead of the old one
-    h._flush_evictions()
-    bs = h.block_size
-    for i, (blk, node) in enumerate(zip(blocks, path)):
-        pool._insert_block_hash(node.key, blk, num_tokens=(depth + i + 1) * bs)
-        slot, _ = host.take(node.key)
-        host.load(slot, blk.block_id)
-        mirror.map_block(blk.block_id, node)
+    try:
+        # release what those blocks held from the mirror now, before they are mapped to the
+        # loaded nodes: a later flush would otherwise release the new mapping instead of the old
+        h._flush_evictions()
+        bs = h.block_size
+        for i, (blk, node) in enumerate(zip(blocks, path)):
+            pool._insert_block_hash(node.key, blk, num_tokens=(depth + i + 1) * bs)
+            slot, _ = host.take(node.key)
+            host.load(slot, blk.block_id)
+            mirror.map_block(blk.block_id, node)
+    except BaseException:
+        # the blocks go back to vLLM's pool, and without the hashes their KV will never hold:
+        # a failure here (the policy's observe, the host tier) must not shrink the pool for good
+        pool.evict_blocks({b.block_id for b in blocks})
+        pool.free_blocks(blocks)
+        raise
     pool.free_blocks(reversed(blocks))
     h.watch([b.block_id for b in blocks])
     host.stats.prefetched += len(path)
