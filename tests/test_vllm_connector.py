@@ -42,10 +42,11 @@ def test_config_parsing_and_transfer_config():
     assert cfg.policy == "pbkv-lae" and unknown == ["bogus"] and cfg.plugins == ["m"]
     assert ConnectorConfig.from_extra({})[0].stock
     kv = kv_transfer_config("cachesage", options={"lookahead": 2}, event_log=None)
-    assert kv["kv_connector"] == "AgentRTConnector" and kv["kv_role"] == "kv_both"
+    assert kv["kv_connector"] == "AgentRTConnector" and kv["kv_role"] == "kv_producer"
     assert kv["kv_connector_extra_config"] == {"policy": "cachesage", "options": {"lookahead": 2}}
     with pytest.raises(ValueError):
         kv_transfer_config("lru", host_blocks=-1)
+    assert kv_transfer_config("lru", host_blocks=8)["kv_role"] == "kv_both"   # it loads KV into blocks
 
 
 # ---------------------------------------------------------------------------- mirror (fake blocks)

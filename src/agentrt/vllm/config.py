@@ -1,8 +1,13 @@
 """The connector's settings (`kv_connector_extra_config`) and the `--kv-transfer-config` line.
 
     --kv-transfer-config '{"kv_connector": "AgentRTConnector",
-                           "kv_role": "kv_both",
+                           "kv_role": "kv_producer",
                            "kv_connector_extra_config": {"policy": "cachesage", ...}}'
+
+The role: without a host tier the connector never writes KV into vLLM's blocks, so it says
+`kv_producer`, under which vLLM schedules as stock (a consumer role makes vLLM free blocks a step
+late under async scheduling, and accept pre-computed multimodal embeddings). With a host tier it
+loads KV into blocks vLLM may just have freed, so it says `kv_both`, and gets that protection.
 
 agentrt's `vllm.general_plugins` entry point (`agentrt.vllm.plugin`) registers the name
 `AgentRTConnector` in every vLLM process; where agentrt is importable but not installed (no entry
@@ -135,7 +140,8 @@ def kv_transfer_config(policy: str = "lru", *, module_path: bool | None = None, 
         raise ValueError(f"'{policy}' is an offline bound, not a policy an engine can run")
     body = {"policy": policy, **{k: v for k, v in extra.items() if v is not None}}
     cfg, _ = ConnectorConfig.from_extra(body)  # fail here, not inside the engine
-    out = {"kv_connector": CONNECTOR_CLASS, "kv_role": "kv_both", "kv_connector_extra_config": body}
+    role = "kv_both" if cfg.host_blocks else "kv_producer"
+    out = {"kv_connector": CONNECTOR_CLASS, "kv_role": role, "kv_connector_extra_config": body}
     if module_path or (module_path is None and not plugin_installed()):
         out["kv_connector_module_path"] = CONNECTOR_MODULE
     if cfg.host_blocks:

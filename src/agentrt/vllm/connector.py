@@ -3,7 +3,7 @@
 Load it with (see docs/vllm.md; `agentrt.vllm.config.kv_transfer_arg` builds the value; the
 name resolves through agentrt's vLLM plugin, `plugin.py`, or add
 `"kv_connector_module_path": "agentrt.vllm.connector"`):
-    --kv-transfer-config '{"kv_connector": "AgentRTConnector", "kv_role": "kv_both",
+    --kv-transfer-config '{"kv_connector": "AgentRTConnector", "kv_role": "kv_producer",
                            "kv_connector_extra_config": {"policy": "cachesage"}}'
 Each instance checks the vLLM version first (`plugin.check_vllm_version`): an unsupported vLLM
 fails at start-up, naming the supported range.

@@ -8,7 +8,7 @@ agentrt's pyproject.toml declares the entry point
 vLLM calls `register()` once per process (the API server while it parses its arguments, the
 engine core, each worker), so after `pip install agentrt[vllm]`
 
-    --kv-transfer-config '{"kv_connector": "AgentRTConnector", "kv_role": "kv_both",
+    --kv-transfer-config '{"kv_connector": "AgentRTConnector", "kv_role": "kv_producer",
                            "kv_connector_extra_config": {"policy": "cachesage"}}'
 
 needs no `kv_connector_module_path`. `register()` imports only vLLM's connector factory: it
