@@ -348,6 +348,26 @@ def test_a_failure_during_a_prefetch_gives_every_block_back_to_the_pool():
     assert ph.pool.reset_prefix_cache()
 
 
+@requires_vllm
+@pytest.mark.slow
+def test_a_prefix_cache_reset_clears_the_host_tier_instead_of_demoting_the_old_kv():
+    """vLLM's reset_prefix_cache (after a weight update) does not call the connector by default,
+    but fires every watcher: the KV it dropped must not be copied to the host and served later
+    (found by a review: the next flush demoted the whole pre-reset cache)."""
+    ph = PoolHarness("lru", 40, host_blocks=64)
+    live = _prompt(1, 16)
+    ph.call(live, {"agentrt_workflow": "live"})
+    for i in range(3):                                     # some of it on the host already
+        ph.call(_prompt(100 + i, 12), {"agentrt_workflow": f"f{i}", "agentrt_end": 1})
+    assert len(ph.h.host) > 0
+    assert ph.pool.reset_prefix_cache()
+    ph.h.step(None)
+    assert len(ph.h.mirror.by_block) == 0 and len(ph.h.host) == 0
+    assert ph.h.stats()["host_hit_blocks"] == 0
+    # nothing of the old cache comes back: not from the GPU, not from the host
+    assert ph.call(live, {"agentrt_workflow": "live2"}) == 0
+
+
 # ---------------------------------------------------------------------------- live server
 def _tokens(seed: int, n: int) -> list[int]:
     rng = random.Random(seed)

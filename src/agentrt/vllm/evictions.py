@@ -7,7 +7,11 @@ block id (it runs inside vLLM's allocation). Without watchers the mirror is diff
 pool at each flush. A flush releases the blocks from the mirror (`mirror.py`) and tells the
 runtime `BlocksEvicted`; with a host tier, blocks evicted by the step that flushes them are
 demoted to host slots instead (the copy must reach the worker before the step's forward reuses
-the block). A mixin of `HostedRuntime`: it reads its `pool`, `mirror`, `host`, `counts`.
+the block). vLLM's `reset_prefix_cache` (after a weight update, say) calls the connector only
+when asked to (`reset_connector`), but it always replaces the pool's hash map and fires every
+watcher: a flush that finds a new map resets the mirror and the host tier instead of demoting
+what the reset dropped (its KV may belong to the old weights). A mixin of `HostedRuntime`: it
+reads its `pool`, `mirror`, `host`, `counts`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,11 @@ class MirrorEvictions:
         """Mirror this step's evictions. Only evictions flushed by the step that made them may be
         demoted: the copy must reach the worker before the step's forward reuses the block."""
         m = self.mirror
+        hm = getattr(self.pool, "cached_block_hash_to_block", None)
+        if hm is not self._hash_map:          # vLLM reset its prefix cache since the last flush
+            self._hash_map = hm
+            self.reset()
+            return
         released = []
         if self._watch:
             if not self._reused:

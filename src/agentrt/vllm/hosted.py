@@ -100,6 +100,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         self.reorder = not cfg.stock
         self.failed = False
         self.pool = None
+        self._hash_map = None              # the pool's hash map object: vLLM replaces it on a reset
         self.orderer: QueueOrderer | None = None
         self._watch = False
         self._reused: list[int] = []
@@ -146,6 +147,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
 
     def bind_pool(self, pool) -> None:
         self.pool = pool
+        self._hash_map = getattr(pool, "cached_block_hash_to_block", None)   # replaced by a reset
         self._watch = isinstance(getattr(pool, "_reuse_watchers", None), dict)
         self.orderer = QueueOrderer(pool.free_block_queue, self._score, self.mirror.by_block)
         self.tenants.gpu_capacity = pool.num_gpu_blocks
