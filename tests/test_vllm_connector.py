@@ -89,6 +89,10 @@ class PoolHarness:
         cfg, _ = ConnectorConfig.from_extra({"policy": policy, **extra})
         self.h = HostedRuntime(cfg, BS, EventLog(None, "scheduler"))
         self.h.bind_pool(self.pool)
+        # a clock on which a re-rank costs nothing and order calls are far apart: every epoch
+        # re-ranks at once (DUTY never defers), so the order is the same on any machine
+        orderer = self.h.orderer
+        orderer.clock = lambda: 1e6 * orderer.stats.runs
         self.n = 0
         self.buffers = None
         self.loaded_ok = 0
@@ -366,6 +370,32 @@ def test_a_prefix_cache_reset_clears_the_host_tier_instead_of_demoting_the_old_k
     assert ph.h.stats()["host_hit_blocks"] == 0
     # nothing of the old cache comes back: not from the GPU, not from the host
     assert ph.call(live, {"agentrt_workflow": "live2"}) == 0
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_epoch_re_ranks_are_spaced_to_a_tenth_of_the_time():
+    """An epoch that comes sooner after the last full re-rank than nine times its cost waits
+    (the queue keeps the previous keys); the first order call after the gap re-ranks."""
+    from agentrt.vllm import reorder
+    ph = PoolHarness("pbkv-lae", 64)
+    ph.call(_prompt(1, 16), {"agentrt_workflow": "live", "agentrt_agent": "planner"})
+    o = ph.h.orderer
+    now = [0.0]
+    o.clock = lambda: now[0]
+    ph.h.runtime.policy.epoch += 1
+    ph.h.before_alloc()                      # a full re-rank (it took 0 s on this clock)
+    scored = o.stats.scored
+    o._next_full = 1.0                       # as if it had cost 1/9 s
+    ph.h.runtime.policy.epoch += 1
+    ph.h.before_alloc()
+    assert o.pending and o.stats.deferred == 1 and o.stats.scored == scored
+    ph.h.before_alloc()                      # still too soon: still pending, still deferred
+    assert o.pending and o.stats.deferred == 2
+    now[0] = 2.0
+    ph.h.before_alloc()                      # the gap passed: the pending epoch re-ranks
+    assert not o.pending and o.stats.scored > scored and o._epoch == ph.h.runtime.epoch
+    assert reorder.DUTY == 0.1 and ph.h.stats()["reorders_deferred"] == 2
 
 
 # ---------------------------------------------------------------------------- live server

@@ -283,7 +283,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         if not self.reorder or self.orderer is None:
             return
         epoch = self.runtime.epoch
-        if not self._dirty and epoch == self._last_epoch:
+        if not self._dirty and epoch == self._last_epoch and not self.orderer.pending:
             return
         self.orderer.order(epoch)
         self._dirty = False

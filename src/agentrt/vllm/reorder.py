@@ -15,6 +15,12 @@ Cost bounds
   walking back from the tail: O(new blocks), not O(queue).
 - Only the suffix of the queue from the first changed position is relinked; when newly freed
   blocks already sort last (the common case under LRU-like scores) nothing moves.
+- A policy epoch (new keys for every block) costs a re-rank of the whole queue; re-ranks are
+  spaced so that they take at most a tenth of the scheduler's time (`DUTY`): an epoch that comes
+  sooner after the last re-rank than nine times its cost is deferred, the queue keeping the
+  previous epoch's keys (newly freed blocks are placed by their current ones), and the next
+  call after the gap re-ranks (`pending`). Policies that bump the epoch on every arrival and
+  finish (PBKV, KVFlow, CacheSage) would otherwise re-score the whole queue nearly every step.
 All scoring happens before the queue is touched, so a failing policy leaves the queue as it was.
 """
 
@@ -23,6 +29,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+DUTY = 0.1      # the most of the scheduler's time full re-ranks may take
 
 
 @dataclass(slots=True)
@@ -43,14 +51,19 @@ class ReorderStats:
     relinks: int = 0         # times blocks were moved
     moved: int = 0           # blocks relinked, in total
     scored: int = 0          # score() calls
+    deferred: int = 0        # epoch changes whose re-rank waited (DUTY)
     time: Stopwatch = field(default_factory=Stopwatch)
 
 
 class QueueOrderer:
-    def __init__(self, queue, score: Callable, by_block: dict) -> None:
+    def __init__(self, queue, score: Callable, by_block: dict,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.queue = queue
         self.score = score
         self.by_block = by_block
+        self.clock = clock
+        self.pending = False          # an epoch's re-rank is deferred: call `order` again
+        self._next_full = float("-inf")   # when the next full re-rank may run (clock time)
         self._epoch: object = None
         self._keys: dict[int, tuple[int, object]] = {}   # block_id -> (last_touch, key)
         self._tail: tuple | None = None    # (block, hash, key) of the sorted queue's last block
@@ -76,11 +89,27 @@ class QueueOrderer:
 
     def _order(self, epoch) -> int:
         if epoch != self._epoch:
+            t0 = self.clock()
+            if self._tail is not None and t0 < self._next_full:
+                self.pending = True
+                self.stats.deferred += 1
+                if self._appended_in_order():
+                    return 0
+                return self._rank()          # the previous epoch's keys, new blocks placed
             self._keys = {}
             self._epoch = epoch
             self._tail = None
-        elif self._tail is not None and self._appended_in_order():
+            self.pending = False
+            try:
+                return self._rank()
+            finally:
+                t1 = self.clock()
+                self._next_full = t1 + (t1 - t0) * (1.0 - DUTY) / DUTY
+        if self._tail is not None and self._appended_in_order():
             return 0
+        return self._rank()
+
+    def _rank(self) -> int:
         q = self.queue
         blocks = q.get_all_free_blocks()
         n = len(blocks)

@@ -40,6 +40,7 @@ class RuntimeStats:
         if self.orderer is not None:
             st = self.orderer.stats
             out.update(reorders=st.runs, relinks=st.relinks, moved=st.moved, scored=st.scored,
+                       reorders_deferred=st.deferred,
                        reorder_s=round(st.time.seconds, 4), reorder_max_s=round(st.time.max_seconds, 5))
         if self.host is not None:
             out.update(host_resident=len(self.host), host_saved=self.host.stats.saved,
