@@ -172,7 +172,8 @@ class AgentRTConnector(KVConnectorBase_V1):
         if block_ids and isinstance(block_ids[0], (list, tuple)):   # per-group ids
             block_ids = block_ids[0]
         h.finished(request, list(block_ids))
-        self.elog.write("stats", **h.stats())
+        if self.elog.enabled:            # the stats are built only for a log that keeps them
+            self.elog.write("stats", **h.stats())
 
     def reset_cache(self) -> bool | None:
         self._reset()
