@@ -80,7 +80,10 @@ class PrefixRouter(Router):
         self._start = 0
 
     def imbalanced(self, replicas: Sequence[ReplicaView]) -> bool:
-        loads = [load_of(v) for v in replicas]
+        # a view that is not live (an empty slot on Ray) is never chosen: its load says nothing
+        loads = [load_of(v) for v in replicas if getattr(v, "live", True)]
+        if len(loads) < 2:
+            return False
         hi, lo = max(loads), min(loads)
         return hi - lo > self.imbalance_abs and hi > self.imbalance_rel * lo
 

@@ -71,6 +71,9 @@ class EngineSpec:
     prefill_tokens_per_s: float = 20_000.0  # one engine's speed, for routers with a cost model
     decode_s_per_token: float = 0.02
     transfer_tokens_per_s: float = 0.0      # KV copied between replicas (a P2P connector); 0: none
+    # the longest wait for the next bytes of an answer (a non-streamed one comes whole at the
+    # end): a hung engine must not hold a call, and the router's count of it, for ever
+    read_timeout_s: float = 900.0
 
 
 class VLLMReplica:
@@ -91,7 +94,8 @@ class VLLMReplica:
         else:
             self._start(spec)
         self.name = serve.get_replica_context().replica_id.unique_id
-        self.client = httpx.AsyncClient(base_url=self.url, timeout=None)
+        self.client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(
+            spec.read_timeout_s, connect=10.0))
 
     def _start(self, spec: EngineSpec) -> None:
         from agentrt.vllm.launch import VLLMServer, free_port
@@ -138,9 +142,16 @@ class VLLMReplica:
         r = await self.client.post("/reset_prefix_cache")
         return r.status_code == 200
 
-    def check_health(self) -> None:
+    async def check_health(self) -> None:
+        """Serve's health probe: a managed engine must still run; an attached one (`upstreams`)
+        must answer its /health (Serve then replaces this replica, and routers stop sending it
+        calls, instead of a dead upstream failing them at once and looking idle)."""
         if self.server is not None and self.server.proc is not None and self.server.proc.poll() is not None:
             raise RuntimeError(f"vLLM exited with {self.server.proc.returncode}; log {self.server.log_path}")
+        if self.server is None:
+            r = await self.client.get("/health", timeout=10.0)
+            if r.status_code != 200:
+                raise RuntimeError(f"upstream {self.url} answered /health with {r.status_code}")
 
     def __del__(self) -> None:
         if getattr(self, "server", None) is not None:

@@ -9,7 +9,10 @@ Model
 - Between routing a call and vLLM's event for its prefill (a few milliseconds to a scheduler
   step under load), its prompt blocks are held as *provisional*: counted as cached for
   `provisional_s`, then dropped unless an event confirmed them. This lets the next call of a
-  workflow that arrives at once still follow it.
+  workflow that arrives at once still follow it. Once the call has finished, its blocks no
+  event confirmed stay provisional for `confirm_grace_s` more at most: a call vLLM refused or
+  failed stored nothing, and its blocks must not keep drawing its workflow there. Provisional
+  blocks are kept in expiry order, so expired ones leave from the front: O(expired) per tick.
 - Without events (`events=False`: a replica that does not publish them, or before its endpoint
   is known) the state is a model of vLLM's LRU cache fed by what was routed there: a routed
   prompt's blocks become resident, the tail block most recently used last as vLLM frees them,
@@ -44,9 +47,12 @@ class ReplicaState:
     now: float = 0.0
     resident: OrderedDict = field(default_factory=OrderedDict)   # id -> None, LRU first
     by_vllm: dict = field(default_factory=dict)                  # vLLM hash -> id
-    provisional: dict = field(default_factory=dict)              # id -> expiry time
+    provisional: OrderedDict = field(default_factory=OrderedDict)   # id -> expiry time, by expiry
     prefill_tokens_per_s: float = 20_000.0
-    inflight: dict = field(default_factory=dict)                 # request key -> (uncached tokens, routed at)
+    confirm_grace_s: float = 2.0
+    # request key -> (uncached tokens, routed at, its provisional ids), in routing order
+    inflight: dict = field(default_factory=dict)
+    queued_total: int = 0             # sum of the in-flight calls' uncached tokens
     evicted: int = 0
     unresolved: int = 0               # stored blocks whose parent was unknown (missed events)
     stored: int = 0
@@ -77,9 +83,11 @@ class ReplicaState:
     def queued_tokens(self) -> int:
         if not self.inflight:
             return 0
-        # prefill runs the queue in routing order: the speed drains the oldest calls first
-        done = (self.now - min(t for _, t in self.inflight.values())) * self.prefill_tokens_per_s
-        return max(0, int(sum(n for n, _ in self.inflight.values()) - done))
+        # prefill runs the queue in routing order: the speed drains the oldest calls first (the
+        # first in flight was routed earliest: `now` never goes back)
+        oldest = next(iter(self.inflight.values()))[1]
+        done = (self.now - oldest) * self.prefill_tokens_per_s
+        return max(0, int(self.queued_total - done))
 
     @property
     def free_blocks(self) -> int:
@@ -97,18 +105,28 @@ class ReplicaState:
 
     # what the router tells it ------------------------------------------------------------
     def tick(self, now: float) -> None:
-        self.now = now
-        if self.provisional and len(self.provisional) > 4 * max(self.capacity, 64):
-            self.provisional = {h: t for h, t in self.provisional.items() if t >= now}
+        self.now = max(self.now, now)
+        p = self.provisional
+        while p:
+            h = next(iter(p))
+            if p[h] >= self.now:
+                break
+            del p[h]
 
     def note_routed(self, key: str, hash_ids: Sequence[int], prompt_tokens: int) -> None:
         cached = self.cached_blocks("", hash_ids)
-        self.inflight[key] = (max(0, prompt_tokens - cached * self.block_size), self.now)
+        uncached = max(0, prompt_tokens - cached * self.block_size)
+        self.queued_total += uncached
         if self.events:
             expiry = self.now + self.provisional_s
-            for h in hash_ids[cached:]:
-                self.provisional[h] = expiry
+            added = tuple(hash_ids[cached:])
+            p = self.provisional
+            for h in added:
+                p[h] = expiry
+                p.move_to_end(h)
+            self.inflight[key] = (uncached, self.now, added)
             return
+        self.inflight[key] = (uncached, self.now, ())
         for h in reversed(hash_ids):    # the first block ends most recently used, as in vLLM
             self.resident[h] = None
             self.resident.move_to_end(h)
@@ -117,7 +135,17 @@ class ReplicaState:
             self.evicted += 1
 
     def note_finished(self, key: str) -> None:
-        self.inflight.pop(key, None)
+        got = self.inflight.pop(key, None)
+        if got is None:
+            return
+        self.queued_total -= got[0]
+        # what no event confirmed by now was likely never stored (a refused or failed call):
+        # it stops counting soon (it leaves the table when its first expiry comes to the front)
+        p, soon = self.provisional, self.now + self.confirm_grace_s
+        for h in got[2]:
+            t = p.get(h)
+            if t is not None and t > soon and h not in self.resident:
+                p[h] = soon
 
     # vLLM KV events ----------------------------------------------------------------------
     def apply(self, events: Iterable[dict]) -> None:

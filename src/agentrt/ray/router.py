@@ -50,7 +50,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True, frozen=True)
 class DownView:
-    """An empty slot: shown so indices stay stable, never chosen."""
+    """An empty slot: shown so indices stay stable, never chosen, left out of load comparisons."""
+
+    live = False
 
     def cached_blocks(self, tenant: str, hash_ids) -> int:
         return 0
@@ -64,6 +66,7 @@ class DownView:
 
 
 DOWN = DownView()
+HIDDEN = ("url", "kv_events")     # replica metadata the unauthenticated stats endpoint leaves out
 # every router of this process, for the ingress's /agentrt/router endpoint
 LIVE: weakref.WeakSet = weakref.WeakSet()
 
@@ -100,7 +103,7 @@ class AgentRTRequestRouter(RequestRouter):
         self.max_inflight = max_inflight
         self.listener = KVEventListener() if kv_events else None
         self.decisions = 0
-        self.recent: deque = deque(maxlen=32)    # (workflow, ranked slots, cached blocks per slot)
+        self.recent: deque = deque(maxlen=32)    # (ranked slots, cached blocks per slot, running per slot)
         # Ray ships the router class to the handle's process with cloudpickle, which may copy this
         # module's globals; the registry must be the imported module's own
         importlib.import_module(__name__).LIVE.add(self)
@@ -169,7 +172,8 @@ class AgentRTRequestRouter(RequestRouter):
         req = call.route_request()
         order = self.router.rank(req, views, now)
         self.decisions += 1
-        self.recent.append((req.workflow, order, [v.cached_blocks(req.tenant, req.hash_ids) for v in views],
+        # no workflow key or tenant: the endpoint that shows these is not authenticated
+        self.recent.append((order, [v.cached_blocks(req.tenant, req.hash_ids) for v in views],
                             [v.running for v in views]))
         tiers = [[by_id[self.slots[i]]] for i in order if self.slots[i] in by_id]
         return tiers or [list(candidate_replicas)]
@@ -220,6 +224,6 @@ class AgentRTRequestRouter(RequestRouter):
                 "provisional": len(s.provisional), "evicted": s.evicted, "stored": s.stored,
                 "unresolved": s.unresolved, "inflight": s.running,
                 "gaps": self.listener.gaps.get(rid, 0) if self.listener else 0,
-                "metadata": self.metadata.get(rid, {})})
+                "metadata": {k: v for k, v in self.metadata.get(rid, {}).items() if k not in HIDDEN}})
         return out
 
