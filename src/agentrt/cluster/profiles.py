@@ -7,10 +7,13 @@
   recently seen dropped first.
 - `WorkflowBook`: per live workflow, its threads (one per agent: the replica its latest call ran
   on, its context size, how many calls are in flight and the latest one's prompt chain while
-  any is), and per replica the footprint of the live
-  threads placed there (the working set its cache must hold to keep them). Dropped at the workflow's end, after `silent_after_s`
-  without a call in flight, or when more than `max_workflows` are live (least recently active
-  first), so its size is bounded whatever the engine reports.
+  any is), and per replica the footprint of the live threads placed there (the working set its
+  cache must hold to keep them). Dropped at the workflow's end, after `silent_after_s` without a
+  call in flight, or when more than `max_workflows` are live (least recently active first), so
+  its size is bounded whatever the engine reports. Live workflows are kept in order of last
+  activity (a call routed or finished), and those with no call in flight also in a second such
+  order, so the silent ones are found at its front: a call that never finishes holds only its
+  own workflow.
 Time is passed in; nothing here reads a clock.
 """
 
@@ -115,7 +118,9 @@ class WorkflowBook:
             raise ValueError(f"max_workflows must be >= 1, got {max_workflows}")
         self.max_workflows = max_workflows
         self.silent_after_s = silent_after_s
+        # both least recently active first; `idle`: the live ones with no call in flight
         self.live: OrderedDict[tuple[str, str], WorkflowEntry] = OrderedDict()
+        self.idle: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.footprint: list[float] = []  # per replica: tokens of the live threads placed there
 
     def _move(self, t: ThreadEntry, replica: int, tokens: int) -> None:
@@ -128,7 +133,9 @@ class WorkflowBook:
         t.replica = replica
         t.tokens = tokens
 
-    def _drop(self, w: WorkflowEntry) -> None:
+    def _drop(self, key: tuple[str, str]) -> None:
+        w = self.live.pop(key)
+        self.idle.pop(key, None)
         fp = self.footprint
         for t in w.threads.values():
             if t.replica >= 0:
@@ -145,6 +152,7 @@ class WorkflowBook:
             w = self.live[key] = WorkflowEntry(now)
         else:
             self.live.move_to_end(key)
+            self.idle.pop(key, None)
         t = w.threads.get(agent)
         if t is None:
             t = w.threads[agent] = ThreadEntry(-1)
@@ -157,7 +165,8 @@ class WorkflowBook:
         self._trim(now)
 
     def finished(self, tenant: str, workflow: str, agent: str, now: float) -> None:
-        w = self.live.get((tenant, workflow))
+        key = (tenant, workflow)
+        w = self.live.get(key)
         if w is None:
             return
         t = w.threads.get(agent)
@@ -168,21 +177,24 @@ class WorkflowBook:
         if w.inflight > 0:
             w.inflight -= 1
         w.last_seen = now
+        self.live.move_to_end(key)
+        if w.inflight == 0:
+            self.idle[key] = None
+            self.idle.move_to_end(key)
 
     def ended(self, tenant: str, workflow: str) -> None:
-        w = self.live.pop((tenant, workflow), None)
-        if w is not None:
-            self._drop(w)
+        if (tenant, workflow) in self.live:
+            self._drop((tenant, workflow))
 
     def _trim(self, now: float) -> None:
-        live = self.live
+        live, idle = self.live, self.idle
         while len(live) > self.max_workflows:
-            self._drop(live.popitem(last=False)[1])
-        # silent ones: the least recently active first; one with a call in flight stays
-        while live:
-            key, w = next(iter(live.items()))
-            if w.inflight == 0 and now - w.last_seen > self.silent_after_s:
-                self._drop(live.pop(key))
+            self._drop(next(iter(live)))
+        # silent ones: `idle` is in order of last activity, so they are at its front
+        while idle:
+            key = next(iter(idle))
+            if now - live[key].last_seen > self.silent_after_s:
+                self._drop(key)
             else:
                 break
 

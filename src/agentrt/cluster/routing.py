@@ -46,6 +46,8 @@ class RouteRequest:
     def __post_init__(self) -> None:
         if self.prompt_tokens < 0:
             raise ValueError(f"prompt_tokens must be >= 0, got {self.prompt_tokens}")
+        if self.output_tokens < 0:
+            raise ValueError(f"output_tokens must be >= 0, got {self.output_tokens}")
 
 
 @runtime_checkable

@@ -183,8 +183,10 @@ def router_config(router: str = "agent", router_options: dict | None = None, blo
 
 def build_app(spec: EngineSpec, replicas: int = 2, router: str = "agent",
               router_options: dict | None = None, max_ongoing_requests: int = 64,
-              name: str = "agentrt-vllm"):
-    """The Serve application (pass it to `serve.run`)."""
+              name: str = "agentrt-vllm", cache_salt_secret_file: str | None = None):
+    """The Serve application (pass it to `serve.run`). `cache_salt_secret_file`: the secret each
+    tenant's `cache_salt` is derived from (as `agentrt serve --cache-salt-secret-file`); every
+    ingress replica must read the same one."""
     if spec.upstreams and replicas > len(spec.upstreams):
         raise ValueError(f"{replicas} replicas but only {len(spec.upstreams)} upstreams")
     engine = serve.deployment(VLLMReplica).options(
@@ -196,7 +198,7 @@ def build_app(spec: EngineSpec, replicas: int = 2, router: str = "agent",
     ).bind(spec)
     ingress = serve.deployment(Ingress).options(
         name="agentrt-ingress", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1024)
-    return ingress.bind(engine, spec.model, spec.block_size, spec.served_name)
+    return ingress.bind(engine, spec.model, spec.block_size, spec.served_name, cache_salt_secret_file)
 
 
 def app_builder(args: dict[str, str]):

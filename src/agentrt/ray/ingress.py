@@ -2,12 +2,16 @@
 
 `Ingress` (a FastAPI app, one replica by default) parses each body, resolves the call's identity
 and tokenizes it into an `AgentCall` (`call.py`), and calls the vLLM deployment's handle, whose
-request router (`router.py`) picks the replica. Bad bodies get an OpenAI-style 400 naming the
-field. The reply carries the replica's name in `x-agentrt-replica`, the workflow key
-(URL-quoted) and the prompt's token count as the router saw them. Streaming goes through the
-handle as a Serve streaming call (`VLLMReplica.stream`): the replica yields vLLM's status first,
-then server-sent-event bytes as they arrive; an upstream error (status not 200) is returned
-whole, as JSON, and a client that disconnects cancels the streaming call.
+request router (`router.py`) picks the replica. Bodies are parsed and checked as `agentrt serve`
+checks them (`call.py`); a bad one gets an OpenAI-style 400 naming the field. Each named tenant's
+prompts go to vLLM under its own `cache_salt`, derived from `cache_salt_secret_file` (else
+$AGENTRT_CACHE_SALT_SECRET, else a secret generated at start); there is no authentication, so
+the tenant is whatever the request names (docs/ray.md). The reply carries the replica's name in
+`x-agentrt-replica`, the workflow key (URL-quoted) and the prompt's token count as the router saw
+them. Streaming goes through the handle as a Serve streaming call (`VLLMReplica.stream`): the
+replica yields vLLM's status first, then server-sent-event bytes as they arrive; an upstream
+error (status not 200) is returned whole, as JSON, and a client that disconnects cancels the
+streaming call.
 `GET /agentrt/router` returns the router's per-replica mirror figures. See `deploy.py` for the
 application around it.
 """
@@ -22,7 +26,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from agentrt.ray.call import CHAT, COMPLETIONS, AgentCall, CallPreparer
+from agentrt.ray.call import CHAT, COMPLETIONS, AgentCall, CallPreparer, tenant_salts
+from agentrt.serve.validate import RequestError
 
 
 # defined before the ingress class: Serve pickles its routes when the class is decorated
@@ -31,20 +36,16 @@ def _headers(call: AgentCall, replica: str) -> dict:
             "x-agentrt-prompt-tokens": str(call.prompt_tokens)}
 
 
-def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "BadRequestError", "param": param,
-                                   "code": status}}, status_code=status)
-
-
 api = FastAPI()
 
 
 @serve.ingress(api)
 class Ingress:
-    def __init__(self, engine: DeploymentHandle, tokenizer: str, block_size: int, served_name: str) -> None:
+    def __init__(self, engine: DeploymentHandle, tokenizer: str, block_size: int, served_name: str,
+                 cache_salt_secret_file: str | None = None) -> None:
         self.engine = engine
         self.served_name = served_name
-        self.prep = CallPreparer(tokenizer, block_size)
+        self.prep = CallPreparer(tokenizer, block_size, salts=tenant_salts(cache_salt_secret_file))
         self.prep.tokenizer     # load it now, not on the first request
 
     @api.post(CHAT)
@@ -60,21 +61,12 @@ class Ingress:
         return {"object": "list", "data": [{"id": self.served_name, "object": "model", "owned_by": "agentrt"}]}
 
     async def _forward(self, path: str, request: Request) -> JSONResponse:
-        from agentrt.serve.validate import RequestError
         try:
-            body = json.loads(await request.body())
-        except ValueError as e:
-            return _error(400, f"the body is not valid JSON: {e}")
-        if not isinstance(body, dict):
-            return _error(400, "the body must be a JSON object")
-        key = "messages" if path == CHAT else "prompt"
-        if key not in body:
-            return _error(400, f"'{key}' is required", key)
-        try:
-            call = self.prep.prepare(path, body, {k.lower(): v for k, v in request.headers.items()})
+            call = self.prep.prepare_http(path, await request.body(), request.headers.get("content-type"),
+                                          {k.lower(): v for k, v in request.headers.items()})
         except RequestError as e:
-            return _error(e.status, e.message, e.param)
-        if body.get("stream") is True:
+            return JSONResponse(e.body(), status_code=e.status)
+        if call.body.get("stream") is True:
             return await self._stream(call)
         status, payload, replica = await self.engine.remote(call)
         return JSONResponse(payload, status_code=status, headers=_headers(call, replica))
