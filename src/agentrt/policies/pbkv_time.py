@@ -35,13 +35,15 @@ NSDI 2018), estimated from the runtime's knowledge of agents:
   next turn reads the "ended" one) gets no anchors until one of its workflows makes a second
   call; its blocks then rank as PBKV-LAE's (LRU). With anchors there, PBKV-TA lost 1.8 points to
   LRU on Mooncake's synthetic trace at a load that does not saturate the replica.
-- Conversations without identity. For such a tenant the ended blocks are ranked by the turn of
-  the latest request that read them and their age (`turns.py`): a request that re-sends a whole
-  earlier prompt is that conversation's next turn, the hazard of a follow-up is learned online
-  per turn class and age, and a block's key is its expected follow-ups per second of residency
-  (ties, and tenants with no follow-up yet, by recency as LRU).
+- Conversations without identity (option `turns`, off by default: measured by
+  `benchmarks/turns.py`, it gains on Mooncake's conversation trace and loses up to 1.1 points on
+  an identity-less coding-agent trace). For such a tenant the ended blocks are ranked by the
+  turn of the latest request that read them and their age (`turns.py`): a request that re-sends
+  a whole earlier prompt is that conversation's next turn, the hazard of a follow-up is learned
+  online per turn class and age, and a block's key is its expected follow-ups per second of
+  residency (ties, and tenants with no follow-up yet, by recency as LRU).
 - A block's key: blocks of finished workflows that are no anchor go first (LRU among them, as
-  PBKV-LAE, or by follow-up density where workflows carry no identity); then the lowest density (the sum over its live threads; an anchor block takes the larger
+  PBKV-LAE, or with `turns` by follow-up density where workflows carry no identity); then the lowest density (the sum over its live threads; an anchor block takes the larger
   of that and its agent's new-thread density); ties by recency.
 - Dead branches. When a thread's history is rewritten (compaction, a window, a dropped attempt),
   the runtime untags the branch it left (`runtime/branches.py`): those blocks no live thread will
@@ -89,10 +91,11 @@ class PBKVTimePolicy(PBKVPolicy):
 
     untags_dead_branches = True
 
-    def __init__(self, tails: bool = False, online: bool = True, **options) -> None:
+    def __init__(self, tails: bool = False, online: bool = True, turns: bool = False, **options) -> None:
         super().__init__(**options)
         self.tails = bool(tails)
         self.online = bool(online)
+        self.turns = bool(turns)
         self._steps: OnlineSteps | None = None   # online forecasts (option `online`)
         self.judge = ForecastJudge()             # trained or online, per agent (option `online`)
         self._out_len: dict[str, int] = {}       # workflow -> path length its `_out` forecast saw
@@ -133,7 +136,7 @@ class PBKVTimePolicy(PBKVPolicy):
             self._learn_step(wf, info.agent)
         if wf is not None and wf.calls >= 2:
             self._multi.add(info.tenant)
-        if info.tenant not in self._multi:
+        if self.turns and info.tenant not in self._multi:
             self._turns.arrived(info.tenant, info.hash_ids, e.now)
         th = wf.threads.get(info.agent) if wf is not None else None
         if self.tails and th is not None and th.calls > 1 and th.last_node is not None:
@@ -317,7 +320,7 @@ class PBKVTimePolicy(PBKVPolicy):
                 if a > s:
                     s = a
         if not active:
-            if block.tenant not in self._multi:
+            if self.turns and block.tenant not in self._multi:
                 d = self._turns.density(block.tenant, block.hash, self.now)
                 if d is not None:
                     return (0, d, block.last_touch)

@@ -57,8 +57,13 @@ class _Tenant:
         self.dirty = True
 
 
-# a request's record: [turn, arrival time, age bin, open (not yet followed up or censored), blocks]
-TURN, T0, BIN, OPEN, BLOCKS = range(5)
+# a request's record: [turn, arrival time, age bin, open (not yet followed up or censored), blocks,
+# conversation (its first turn's number)]
+TURN, T0, BIN, OPEN, BLOCKS, CONV = range(6)
+# a block's entry: [latest request reading it, its position there, conversation (SHARED once two
+# conversations read it), first read, reads]
+B_REC, B_POS, B_CONV, B_FIRST, B_READS = range(5)
+SHARED = -1
 
 
 class TurnHazard:
@@ -92,10 +97,21 @@ class TurnHazard:
             if pred[OPEN]:
                 self._close(t, pred, now, followed=True)
         cls = min(turn, CLASSES) - 1
-        rec = [turn, now, 0, True, len(hash_ids)]
+        self._seq += 1
+        conv = pred[CONV] if pred is not None else self._seq
+        rec = [turn, now, 0, True, len(hash_ids), conv]
         blocks = self._blocks
         for pos, h in enumerate(hash_ids):
-            blocks.set((tenant, h), (rec, pos))
+            key = (tenant, h)
+            b = blocks.get(key)
+            if b is None:
+                blocks.set(key, [rec, pos, conv, now, 1])
+                continue
+            if b[B_CONV] != conv:
+                b[B_CONV] = SHARED
+            b[B_REC], b[B_POS] = rec, pos
+            b[B_READS] += 1
+            blocks.touch(key)
         t.inside[cls, 0] += 1
         t.requests[cls] += 1
         t.dirty = True
@@ -115,7 +131,8 @@ class TurnHazard:
             k += 1
         if k == 0:
             return None
-        rec, pos = blocks[(tenant, hash_ids[k - 1])]
+        b = blocks[(tenant, hash_ids[k - 1])]
+        rec, pos = b[B_REC], b[B_POS]
         return rec if pos == k - 1 and k >= rec[BLOCKS] - 1 and rec[BLOCKS] >= 2 else None
 
     def advance(self, now: float) -> None:
@@ -164,14 +181,17 @@ class TurnHazard:
         not seen or with no follow-up yet, or a block no prompt named: an output block, which
         no later prompt re-sends under the same hash)."""
         t = self._tenants.get(tenant)
-        got = self._blocks.get((tenant, hash_id))
-        if t is None or got is None or not t.events.any():
+        b = self._blocks.get((tenant, hash_id))
+        if t is None or b is None or not t.events.any():
             return None          # nothing known, or no request followed up yet: recency decides
         if t.dirty or t.table is None:
             t.table = _densities(t)
             t.dirty = False
-        rec = got[0]
-        return float(t.table[min(rec[TURN], CLASSES) - 1, _bin(max(now - rec[T0], 0.0))])
+        rec = b[B_REC]
+        # a block several conversations read (a system prompt, shared tools) is read again at
+        # least as readily as a conversation that has gone on: the densest class, at its age
+        cls = CLASSES - 1 if b[B_CONV] == SHARED else min(rec[TURN], CLASSES) - 1
+        return float(t.table[cls, _bin(max(now - rec[T0], 0.0))])
 
     def followed_share(self, tenant: str) -> list[float]:
         """Per turn class: the share of the tenant's requests followed up so far."""
