@@ -295,17 +295,23 @@ def test_pool_host_tier_demotes_evicted_blocks_and_loads_them_back():
     assert kept == 16 and ph.h.stats()["host_hit_blocks"] == 0
 
 
+def _live_prefix_on_host():
+    """A 40-block pool with a host tier: a live workflow's 16-block prompt, then three ended
+    ones that push its prefix to the host. (harness, the live prompt, its last block's node)"""
+    ph = PoolHarness("lru", 40, host_blocks=64)
+    live = _prompt(1, 16)
+    ph.call(live, {"agentrt_workflow": "live"})
+    for i in range(3):
+        ph.call(_prompt(100 + i, 12), {"agentrt_workflow": f"f{i}", "agentrt_end": 1})
+    return ph, live, ph.h.mirror.nodes[bytes(live[-1]) + b"\0\0\0\0"]
+
+
 @requires_vllm
 @pytest.mark.slow
 def test_pool_prefetch_loads_a_host_path_into_free_blocks():
     from agentrt.runtime.actions import Prefetch
     from agentrt.vllm import act
-    ph = PoolHarness("lru", 40, host_blocks=64)
-    live = _prompt(1, 16)
-    ph.call(live, {"agentrt_workflow": "live"})
-    for i in range(3):                                     # push the live prefix to the host
-        ph.call(_prompt(100 + i, 12), {"agentrt_workflow": f"f{i}", "agentrt_end": 1})
-    node = ph.h.mirror.nodes[bytes(live[-1]) + b"\0\0\0\0"]
+    ph, live, node = _live_prefix_on_host()
     assert act.EngineView.host_blocks_on_path(node) > 0
     n = act.prefetch(ph.h, Prefetch("default", node, 16, evict_below=10**9))
     plan = ph.h.end_step()
@@ -333,12 +339,7 @@ def test_a_failure_during_a_prefetch_gives_every_block_back_to_the_pool():
     referenced, the pool shrank for good and vLLM's cache reset failed from then on)."""
     from agentrt.runtime.actions import Prefetch
     from agentrt.vllm import act
-    ph = PoolHarness("lru", 40, host_blocks=64)
-    live = _prompt(1, 16)
-    ph.call(live, {"agentrt_workflow": "live"})
-    for i in range(3):                                     # push the live prefix to the host
-        ph.call(_prompt(100 + i, 12), {"agentrt_workflow": f"f{i}", "agentrt_end": 1})
-    node = ph.h.mirror.nodes[bytes(live[-1]) + b"\0\0\0\0"]
+    ph, live, node = _live_prefix_on_host()
     free = ph.pool.get_num_free_blocks()
 
     def boom(e):
@@ -358,11 +359,7 @@ def test_a_prefix_cache_reset_clears_the_host_tier_instead_of_demoting_the_old_k
     """vLLM's reset_prefix_cache (after a weight update) does not call the connector by default,
     but fires every watcher: the KV it dropped must not be copied to the host and served later
     (found by a review: the next flush demoted the whole pre-reset cache)."""
-    ph = PoolHarness("lru", 40, host_blocks=64)
-    live = _prompt(1, 16)
-    ph.call(live, {"agentrt_workflow": "live"})
-    for i in range(3):                                     # some of it on the host already
-        ph.call(_prompt(100 + i, 12), {"agentrt_workflow": f"f{i}", "agentrt_end": 1})
+    ph, live, _ = _live_prefix_on_host()
     assert len(ph.h.host) > 0
     assert ph.pool.reset_prefix_cache()
     ph.h.step(None)
