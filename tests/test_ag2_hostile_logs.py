@@ -144,3 +144,12 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_log_larger_than_the_bound_is_skipped_before_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(ag2, "MAX_LOG_BYTES", 1000)
+    src = _write_dir(tmp_path / "logs", {"good.json": json.dumps(GOOD), "big.json": _log(content="x" * 2000)})
+    res = import_ag2(src, tmp_path / "t.jsonl")
+    assert (res.workflows, res.calls) == (1, 1)
+    (name, why), = res.errors
+    assert Path(name).name == "big.json" and "larger than 1,000 bytes" in why

@@ -77,6 +77,10 @@ def _natural(p: Path) -> tuple:
     return tuple(int(t) if t.isdecimal() else t for t in re.split(r"(\d+)", p.name))
 
 
+# a log is read whole; one chat's log is a few MB at most (a trace line holds 48 MiB)
+MAX_LOG_BYTES = 256 << 20
+
+
 def log_files(path: str | Path) -> list[Path]:
     """The `.json` logs of a directory in natural order (2 before 10), or the file itself."""
     p = Path(path)
@@ -89,6 +93,12 @@ def log_files(path: str | Path) -> list[Path]:
 
 def parse_log(path: Path) -> tuple[list[tuple[str, str]], dict[str, str]]:
     """(messages as (speaker, content), system prompts) of one log, or LogError naming the problem."""
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise LogError(f"cannot read the file ({e.strerror})") from None
+    if size > MAX_LOG_BYTES:        # read whole: refuse before holding it
+        raise LogError(f"larger than {MAX_LOG_BYTES:,} bytes ({size:,})")
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:
