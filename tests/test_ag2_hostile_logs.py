@@ -69,7 +69,9 @@ def test_cli_reports_skipped_files_one_line_each(tmp_path):
                          capture_output=True, text=True, errors="backslashreplace", timeout=120)
     assert res.returncode == 0, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == len(HOSTILE) and all(line.startswith(f"skipped {src}/") for line in lines)
+    assert len(lines) == len(HOSTILE)
+    assert all(line.startswith((f"skipped {src}/", f"skipped '{src}/")) for line in lines)
+    assert "\x01" not in res.stderr and "bad\\x01name.json" in res.stderr   # shown escaped, not raw
     assert "Traceback" not in res.stderr
     assert [c.workflow for c in TraceReader(out)] == ["good"]
 

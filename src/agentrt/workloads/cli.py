@@ -170,7 +170,8 @@ def import_ag2_cmd(
                       first_is_call=first_is_call, rate=rate, concurrency=concurrency, seed=seed)
     res = import_ag2(src, out, imp)
     for f, problem in res.errors:
-        print(f"skipped {f}: {problem}", file=sys.stderr)
+        shown = str(f) if str(f).isprintable() else repr(str(f))   # no control characters on a terminal
+        print(f"skipped {shown}: {problem}", file=sys.stderr)
     if res.workflows == 0:
         out.unlink(missing_ok=True)
         if not res.errors:
