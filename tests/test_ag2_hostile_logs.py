@@ -155,3 +155,13 @@ def test_a_log_larger_than_the_bound_is_skipped_before_it_is_read(tmp_path, monk
     assert (res.workflows, res.calls) == (1, 1)
     (name, why), = res.errors
     assert Path(name).name == "big.json" and "larger than 1,000 bytes" in why
+
+
+def test_an_import_of_nothing_leaves_an_existing_trace(tmp_path):
+    out = tmp_path / "t.jsonl"
+    out.write_text("keep me\n")
+    src = _write_dir(tmp_path / "logs", {"deep.json": HOSTILE["deep.json"][0]})
+    res = subprocess.run([sys.executable, "-m", "agentrt.cli", "import", "ag2", str(src), "-o", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "no log could be imported" in res.stderr
+    assert out.read_text() == "keep me\n" and sorted(p.name for p in tmp_path.iterdir()) == ["logs", "t.jsonl"]

@@ -236,7 +236,8 @@ def _temp_beside(out: Path) -> Path:
 def import_ag2(src: str | Path, out: str | Path, importer: Ag2Importer | None = None) -> ImportResult:
     """Import every log under `src` into the trace `out`; bad files are collected, not fatal.
 
-    `out` is replaced only when the whole trace is written."""
+    `out` is replaced only when the whole trace is written, and holds at least one workflow (with
+    none imported it is left as it was)."""
     imp = importer or Ag2Importer()
     files = log_files(src)
     res = ImportResult()
@@ -255,7 +256,10 @@ def import_ag2(src: str | Path, out: str | Path, importer: Ag2Importer | None = 
                     w.write(c)
                 res.workflows += 1
                 res.calls += len(calls)
-        os.replace(tmp, out)
+        if res.workflows:
+            os.replace(tmp, out)
+        else:
+            tmp.unlink(missing_ok=True)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -172,8 +172,7 @@ def import_ag2_cmd(
     for f, problem in res.errors:
         shown = str(f) if str(f).isprintable() else repr(str(f))   # no control characters on a terminal
         print(f"skipped {shown}: {problem}", file=sys.stderr)
-    if res.workflows == 0:
-        out.unlink(missing_ok=True)
+    if res.workflows == 0:             # `out` was left as it was
         if not res.errors:
             raise AgentrtError(f"no AG2 log (*.json) found in {src}")
         raise AgentrtError(f"no log could be imported from {src} ({len(res.errors)} bad, see above)")
