@@ -61,7 +61,9 @@ class EvictionHeaps:
                 else:
                     b.heap_seq = 0
         heapq.heapify(fresh)
-        self._heap = fresh
+        # in place: `evict` holds the list, and a rebuild while it runs (a push past the size
+        # bound) must not hand the blocks that become leaves to a list it never reads
+        self._heap[:] = fresh
 
     def peek_victims(self, n: int) -> list[Block]:
         """The next `n` blocks eviction would take, without evicting (leaves only)."""

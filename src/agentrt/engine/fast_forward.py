@@ -29,6 +29,9 @@ class FastForward:
             limit = self.horizon
         if loading_until is not None and (limit is None or loading_until < limit):
             limit = loading_until
+        wake = self._wake_at                        # a held call's release (fair, agent)
+        if wake is not None and (limit is None or wake < limit):
+            limit = wake
         if limit is None:
             limit = float("inf")
         b = len(decode)

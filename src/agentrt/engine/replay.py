@@ -168,6 +168,10 @@ class WorkflowReplay:
             wf = self.workflows[c.workflow]
             wf.start = max(wf.start, now)
             self._schedule(wf.start, c)
+            # read on to the next workflow's start: this one's calls that need nothing before
+            # them (`after: []`, run beside its first) are issued at its start, not late
+            while not self._starts and self._read_one():
+                pass
 
     # ----------------------------------------------------------------- engine side
     def next_arrival(self) -> float | None:

@@ -16,8 +16,10 @@ priority scheduling) inside vLLM:
   it, admission order, as vLLM's running list.
 - `defer(call, arrival, view)`: with `defers`, the engine leaves the call waiting for now (it
   blocks nobody) until an event changes the answer or it has been held `max_hold_s`:
-  workflow-level admission control. Held calls are new workflows at the door, so their bound is
-  separate from (and longer than) the bound on calls of running workflows.
+  workflow-level admission control. Held calls are mostly new workflows at the door, so their
+  bound is separate from (and longer than) the bound on calls of running workflows; `fair` also
+  holds a running workflow's call while its tenant is over its share of running memory, which
+  its `max_wait_s` does not override (docs/schedulers.md, Starvation bound).
 - `max_wait_s` bounds starvation for every scheduler: a call that has waited longer goes before
   every call that has not (in arrival order among such calls), no call is backfilled past it, and
   no running call is preempted in its favour ahead of others. Its wait is then bounded by
