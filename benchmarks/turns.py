@@ -52,9 +52,10 @@ def anonymize(src: Path, dst: Path, running: int = 16, seed: int = 0) -> int:
     returns the number of calls."""
     rng = random.Random(seed)
     wfs: dict[str, list] = {}
-    for c in TraceReader(src):
+    reader = TraceReader(src)
+    for c in reader:
         wfs.setdefault(c.workflow, []).append(c)
-    block_size = TraceReader(src).header.block_size
+    block_size = reader.header.block_size
     rel, spans = {}, []
     for w, calls in wfs.items():
         t, out = 0.0, []

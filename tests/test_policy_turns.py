@@ -76,7 +76,12 @@ def test_tables_stay_bounded(monkeypatch):
     th = TurnHazard()
     for i in range(2000):
         th.arrived(f"t{i % 7}", [i * 3, i * 3 + 1, i * 3 + 2], float(i))
+    for i in range(500):                  # conversations whose first turn is followed at once
+        base = 10**6 + 10 * i
+        th.arrived("c", [base, base + 1, base + 2], 2000.0 + i)
+        th.arrived("c", [base, base + 1, base + 2, base + 3], 2000.0 + i)
     assert th._n_open <= 50 and len(th._blocks) <= 300
+    assert len(th._open) <= 100 and len(th._crossings) <= 100      # closed records compacted away
     # the block map is shared max-min by tenant: no tenant holds much more than its share
     assert max(th._blocks.tenant_size(f"t{i}") for i in range(7)) <= 300 // 7 + 1
     assert th.state_bytes() > 0

@@ -66,10 +66,10 @@ def test_replay_finds_the_files_path(comeback):
 
 
 def test_replay_without_a_file(comeback):
-    """Calls with no file behind them (a list) keep the old form; a given `path` is named."""
+    """Calls with no file behind them (a list) keep the old form; a `FileCalls` names its file."""
     path, line = comeback
     calls = list(TraceReader(path))
     with pytest.raises(AgentrtError, match=rf"^trace line {line}: field 'workflow'"):
         _drain(WorkflowReplay(iter(calls)))
     with pytest.raises(TraceError, match=rf"^given\.jsonl:{line}: field 'workflow'"):
-        _drain(WorkflowReplay(iter(calls), path="given.jsonl"))
+        _drain(WorkflowReplay(FileCalls(iter(calls), "given.jsonl")))

@@ -72,15 +72,13 @@ class _Workflow:
 
 class WorkflowReplay:
     def __init__(self, calls: Iterator[Call], concurrency: int | None = None,
-                 time_scale: float = 1.0, path: str | None = None) -> None:
-        """`path`: the trace file, named in errors (default: `calls.path`, as `FileCalls` and
-        `TraceReader` have)."""
+                 time_scale: float = 1.0) -> None:
+        """`calls`: an iterator of calls; a `FileCalls` has the file its errors name."""
         if concurrency is not None and concurrency <= 0:
             raise ValueError(f"concurrency must be > 0, got {concurrency}")
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self._calls = calls
-        self._path = path
         self._ts = MS * time_scale     # trace timestamps (ms) -> replay seconds
         self.concurrency = concurrency
         self._starts: deque[Call] = deque()   # closed loop: workflow starts waiting for a slot
@@ -112,7 +110,7 @@ class WorkflowReplay:
                 why = (f"workflow {c.workflow!r} has no 'last' flags and none of its calls appeared "
                        f"in the {READ_AHEAD:,} calls before this one, so the replay had ended it; "
                        f"mark each workflow's final call 'last': true")
-                path = self._path or getattr(self._calls, "path", None)
+                path = getattr(self._calls, "path", None)
                 if path is None:
                     raise AgentrtError(f"trace line {c.line}: field 'workflow': {why}")
                 raise TraceError(path, c.line, "workflow", why)

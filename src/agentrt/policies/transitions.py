@@ -32,27 +32,25 @@ class TransitionLearner:
             raise ValueError(f"max_sources must be > 0, got {max_sources}")
         self.window = window
         self.max_sources = max_sources
-        self._succ = TenantLRU(max_sources, on_drop=self._dropped)   # (tenant, agent) -> successors
-        self._counts: dict[Hashable, Counter] = {}
+        # (tenant, agent) -> (its latest successors, their counts)
+        self._succ = TenantLRU(max_sources)
         self.observations = 0
-        self.dropped_sources = 0
 
-    def _dropped(self, tenant: str, agent: Hashable, _q) -> None:
-        del self._counts[agent if tenant == _ONE else (tenant, agent)]
-        self.dropped_sources += 1
+    @property
+    def dropped_sources(self) -> int:
+        return self._succ.dropped
 
     def observe(self, src: Hashable, dst: Hashable) -> None:
         key = _keyed(src)
-        q = self._succ.get(key)
-        if q is None:
-            q = deque()
-            self._counts[src] = Counter()
-            self._succ.set(key, q)
+        entry = self._succ.get(key)
+        if entry is None:
+            entry = (deque(), Counter())
+            self._succ.set(key, entry)
+            if key not in self._succ:    # dropped at once: a bound of one source, held by another tenant
+                return
         else:
             self._succ.touch(key)
-        c = self._counts.get(src)
-        if c is None:          # dropped at once: a bound of one source, held by another tenant
-            return
+        q, c = entry
         if len(q) == self.window:
             old = q.popleft()
             c[old] -= 1
@@ -63,9 +61,10 @@ class TransitionLearner:
         self.observations += 1
 
     def next_probs(self, src: Hashable) -> dict[Hashable, float]:
-        c = self._counts.get(src)
-        if not c:
+        entry = self._succ.get(_keyed(src))
+        if entry is None or not entry[1]:
             return {}
+        c = entry[1]
         n = sum(c.values())
         return {k: v / n for k, v in c.items()}
 
@@ -94,8 +93,7 @@ class TransitionLearner:
         return len(self._succ)
 
     def state_bytes(self) -> int:
-        return sum(120 + 16 * len(q) + 60 * len(self._counts[k[1] if k[0] == _ONE else k])
-                   for k, q in self._succ.items())
+        return sum(120 + 16 * len(q) + 60 * len(c) for q, c in self._succ.values())
 
 
 _ONE = "\x00one"      # the tenant of sources not keyed (tenant, agent): a single-tenant learner

@@ -61,8 +61,8 @@ class _Tenant:
 # conversation (its first turn's number)]
 TURN, T0, BIN, OPEN, BLOCKS, CONV = range(6)
 # a block's entry: [latest request reading it, its position there, conversation (SHARED once two
-# conversations read it), first read, reads]
-B_REC, B_POS, B_CONV, B_FIRST, B_READS = range(5)
+# conversations read it)]
+B_REC, B_POS, B_CONV = range(3)
 SHARED = -1
 
 
@@ -105,22 +105,26 @@ class TurnHazard:
             key = (tenant, h)
             b = blocks.get(key)
             if b is None:
-                blocks.set(key, [rec, pos, conv, now, 1])
+                blocks.set(key, [rec, pos, conv])
                 continue
             if b[B_CONV] != conv:
                 b[B_CONV] = SHARED
             b[B_REC], b[B_POS] = rec, pos
-            b[B_READS] += 1
             blocks.touch(key)
         t.inside[cls, 0] += 1
         t.requests[cls] += 1
         t.dirty = True
         self._open.append((t, rec))
         self._n_open += 1
+        if len(self._open) > 2 * MAX_OPEN:     # closed records behind an open one: compact
+            self._open = deque(e for e in self._open if e[1][OPEN])
         self._seq += 1
         heapq.heappush(self._crossings, (now + EDGES[1], self._seq, t, rec))
         while self._n_open > MAX_OPEN:
             self._drop_oldest()
+        if len(self._crossings) > 2 * MAX_OPEN:   # closed requests wait for their next edge: drop them
+            self._crossings = [e for e in self._crossings if e[3][OPEN]]
+            heapq.heapify(self._crossings)
 
     def _predecessor(self, tenant: str, hash_ids: list[int]) -> list | None:
         """The latest earlier request whose prompt, but for its last block (usually partial, so
@@ -188,8 +192,8 @@ class TurnHazard:
             t.table = _densities(t)
             t.dirty = False
         rec = b[B_REC]
-        # a block several conversations read (a system prompt, shared tools) is read again at
-        # least as readily as a conversation that has gone on: the densest class, at its age
+        # a block several conversations read (a system prompt, shared tools) is taken to be read
+        # again as a conversation that has gone on is: the turn-3+ class, at its own age
         cls = CLASSES - 1 if b[B_CONV] == SHARED else min(rec[TURN], CLASSES) - 1
         return float(t.table[cls, _bin(max(now - rec[T0], 0.0))])
 

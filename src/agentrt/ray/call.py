@@ -41,15 +41,15 @@ from typing import Any
 
 from agentrt.cluster.routing import RouteRequest
 from agentrt.ray.blocks import chain, salt_seed
-from agentrt.serve.auth import Salts
+from agentrt.serve.auth import Salts, default_unsalted
 from agentrt.serve.identity import forward_body, resolve_identity
-from agentrt.serve.validate import RequestError, parse_body, validate_chat, validate_completion
+from agentrt.serve.validate import (MAX_OUTPUT_TOKENS, RequestError, parse_body, validate_chat,
+                                    validate_completion)
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 VALIDATORS = {CHAT: validate_chat, COMPLETIONS: validate_completion}
 OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")
-MAX_OUTPUT_TOKENS = 1 << 24     # as `agentrt serve`: longer than any model's context
 MAX_TOKEN_ID = 1 << 63          # token ids are hashed as signed 64-bit ints (`blocks.block_hash`)
 OWN_TEMPLATE_KWARGS = ("conversation", "tools", "add_generation_prompt", "tokenize", "return_dict")
 
@@ -58,8 +58,7 @@ def tenant_salts(secret_file: str | None = None) -> Callable[[str], str | None]:
     """tenant -> cache_salt as `agentrt serve` without `--auth` salts: every named tenant its own
     namespace, the default tenant none. The secret: `secret_file`, else $AGENTRT_CACHE_SALT_SECRET,
     else generated (`Salts.from_sources`)."""
-    salts = Salts.from_sources(secret_file)
-    return lambda tenant: None if tenant == "default" else salts(tenant)
+    return default_unsalted(Salts.from_sources(secret_file))
 
 
 def output_tokens(body: dict) -> int:

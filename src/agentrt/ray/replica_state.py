@@ -116,17 +116,17 @@ class ReplicaState:
     def note_routed(self, key: str, hash_ids: Sequence[int], prompt_tokens: int) -> None:
         cached = self.cached_blocks("", hash_ids)
         uncached = max(0, prompt_tokens - cached * self.block_size)
-        self.queued_total += uncached
+        again = self.inflight.pop(key, None)     # routed anew: counted once, and last in order
+        self.queued_total += uncached - (again[0] if again is not None else 0)
+        added = tuple(hash_ids[cached:]) if self.events else ()
+        self.inflight[key] = (uncached, self.now, added)
         if self.events:
             expiry = self.now + self.provisional_s
-            added = tuple(hash_ids[cached:])
             p = self.provisional
             for h in added:
                 p[h] = expiry
                 p.move_to_end(h)
-            self.inflight[key] = (uncached, self.now, added)
             return
-        self.inflight[key] = (uncached, self.now, ())
         for h in reversed(hash_ids):    # the first block ends most recently used, as in vLLM
             self.resident[h] = None
             self.resident.move_to_end(h)

@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentrt.serve.auth import TENANT_RE, AuthConfig, Principal, Salts, tenant_scoped
+from agentrt.serve.auth import TENANT_RE, AuthConfig, Principal, Salts, default_unsalted, tenant_scoped
 from agentrt.serve.metrics import CONTENT_TYPE_LATEST
 from agentrt.serve.proxy import HotPath, upstream_error
 from agentrt.serve.runtime_bridge import RuntimeBridge
@@ -115,7 +115,7 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
     salts = Salts.from_sources(cfg.cache_salt_secret_file)
     # without auth the default tenant stays unsalted: it shares the engine's cache with direct vLLM
     # clients, as before; every named tenant (and every tenant under auth) gets its own namespace
-    bridge.salts = salts if cfg.auth is not None else (lambda t: None if t == "default" else salts(t))
+    bridge.salts = salts if cfg.auth is not None else default_unsalted(salts)
     state: dict = {}
 
     async def post_json(path: str, body: dict) -> tuple[int, dict | None]:

@@ -29,6 +29,7 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,6 +144,12 @@ class Salts:
             s = self._memo[tenant] = hmac.new(self.secret, b"agentrt-cache-salt\x00" + tenant.encode(),
                                               hashlib.sha256).hexdigest()
         return s
+
+
+def default_unsalted(salts: Callable[[str], str]) -> Callable[[str], str | None]:
+    """`salts` for a server without authentication: every named tenant its own namespace, the
+    default tenant none (it shares the engine's cache with clients that reach vLLM directly)."""
+    return lambda tenant: None if tenant == "default" else salts(tenant)
 
 
 def tenant_scoped(tenant: str, workflow: str) -> str:

@@ -161,7 +161,7 @@ class ServeMetrics:
             return
         ch[3].inc(prompt)
         ch[4].inc(cached)
-        self._tenant_tokens(tenant, prompt, cached)
+        self._tenant_tokens(t, prompt, cached)
         tok = self._tokens.setdefault((t, a), [0, 0])
         tok[0] += prompt
         tok[1] += cached
@@ -172,8 +172,8 @@ class ServeMetrics:
         if self._total[0]:
             ch[6].set(self._total[1] / self._total[0])
 
-    def _tenant_tokens(self, tenant: str, prompt: int, cached: int) -> None:
-        t = self.tenant_label(tenant)
+    def _tenant_tokens(self, t: str, prompt: int, cached: int) -> None:
+        """`t`: the tenant's label (`labels_of`)."""
         ch = self._tenant_children.get(t)
         if ch is None:                   # bounded by the tenant cap, so never cleared
             ch = self._tenant_children[t] = (self.tenant_prompt_tokens.labels(self.policy, t),

@@ -43,9 +43,9 @@ from agentrt.serve.act_loop import ActLoop
 from agentrt.serve.identity import Identity
 from agentrt.serve.metrics import ServeMetrics, usage_tokens
 from agentrt.serve.scheduler import ServeScheduler
+from agentrt.serve.validate import MAX_OUTPUT_TOKENS
 from agentrt.serve.view import CacheEstimate
 
-MAX_OUTPUT_TOKENS = 1 << 24    # longer than any model's context: a claim past it is not an estimate
 log = logging.getLogger("agentrt.serve")
 
 

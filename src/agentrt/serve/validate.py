@@ -28,6 +28,7 @@ import orjson
 JSON_TYPES = ("application/json",)
 SERVER_FIELDS = ("cache_salt", "kv_transfer_params", "kv_hints")
 MAX_DEPTH = 254             # the deepest nesting orjson encodes again
+MAX_OUTPUT_TOKENS = 1 << 24  # longer than any model's context: a claim past it is not an estimate
 
 
 class RequestError(Exception):

@@ -90,21 +90,19 @@ class QueueOrderer:
     def _order(self, epoch) -> int:
         if epoch != self._epoch:
             t0 = self.clock()
-            if self._tail is not None and t0 < self._next_full:
-                self.pending = True
-                self.stats.deferred += 1
-                if self._appended_in_order():
-                    return 0
-                return self._rank()          # the previous epoch's keys, new blocks placed
-            self._keys = {}
-            self._epoch = epoch
-            self._tail = None
-            self.pending = False
-            try:
-                return self._rank()
-            finally:
-                t1 = self.clock()
-                self._next_full = t1 + (t1 - t0) * (1.0 - DUTY) / DUTY
+            if self._tail is None or t0 >= self._next_full:
+                self._keys = {}
+                self._epoch = epoch
+                self._tail = None
+                self.pending = False
+                try:
+                    return self._rank()
+                finally:
+                    t1 = self.clock()
+                    self._next_full = t1 + (t1 - t0) * (1.0 - DUTY) / DUTY
+            # too soon: the previous epoch's keys stay, newly freed blocks are placed
+            self.pending = True
+            self.stats.deferred += 1
         if self._tail is not None and self._appended_in_order():
             return 0
         return self._rank()
