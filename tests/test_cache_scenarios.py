@@ -236,3 +236,38 @@ def test_a_preempted_prefill_keeps_its_completed_blocks():
     assert again.gpu_hit == 3 and again.new_blocks == 1
     c.release(again)
     c.check_invariants()
+
+
+class _Churn(Policy):
+    """Scores that change with every epoch (the test bumps it after every call, as PBKV and
+    CacheSage bump theirs on arrivals and finishes), so parents often rank behind other leaves
+    and go back to the heap in the middle of an eviction."""
+
+    name = "churn"
+    dynamic = True
+
+    def score(self, block):
+        return hash((block.hash, self.epoch)) % 1000
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_heap_rebuild_during_an_eviction_keeps_the_pool_within_capacity(seed):
+    """With no room for stale entries every push rebuilds the heap, in the middle of evictions
+    too; the eviction must go on reading the rebuilt heap (it read a list nothing pushed to any
+    more, ran out early and left the pool over capacity)."""
+    import random
+    rng = random.Random(seed)
+    c = RadixKVCache(24, policy=_Churn())
+    c.heap_slack = -(1 << 30)
+    for step in range(300):
+        base = rng.randrange(6) * 100
+        ids = [base + i for i in range(rng.randrange(1, 8))] + \
+              [10_000 + rng.randrange(1_000_000) for _ in range(rng.randrange(0, 12))]
+        lease = c.acquire("t", ids, len(ids), 1, float(step))
+        if lease is None:
+            continue
+        assert c.gpu_used + c.reserved <= c.gpu_capacity, step
+        c.commit_prompt(lease, float(step))
+        c.release(lease, [], float(step))
+        c.policy.epoch += 1
+        c.check_invariants()

@@ -15,6 +15,9 @@ from agentrt.cache.block import GONE, GPU, HOST, Block
 
 
 class EvictionHeaps:
+    # stale entries tolerated beyond twice the GPU blocks before a push rebuilds the heap
+    heap_slack = 1024
+
     def _peek(self):
         """(key, block) of the next eviction victim, dropping stale heap entries on the way."""
         if self.policy.epoch != self._epoch:
@@ -33,7 +36,7 @@ class EvictionHeaps:
         self._push_key(block, self._score(block))
 
     def _push_key(self, block: Block, key) -> None:
-        if len(self._heap) > 2 * self.gpu_used + 1024:
+        if len(self._heap) > 2 * self.gpu_used + self.heap_slack:
             self._refresh()
         self._seq += 1
         block.heap_seq = self._seq
