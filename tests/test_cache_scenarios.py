@@ -1,5 +1,7 @@
 """Exact eviction orders and tier moves in small scenarios (vLLM test_prefix_caching style)."""
 
+import random
+
 import pytest
 
 from agentrt.cache import GONE, GPU, HOST, RadixKVCache
@@ -255,7 +257,6 @@ def test_a_heap_rebuild_during_an_eviction_keeps_the_pool_within_capacity(seed):
     """With no room for stale entries every push rebuilds the heap, in the middle of evictions
     too; the eviction must go on reading the rebuilt heap (it read a list nothing pushed to any
     more, ran out early and left the pool over capacity)."""
-    import random
     rng = random.Random(seed)
     c = RadixKVCache(24, policy=_Churn())
     c.heap_slack = -(1 << 30)
