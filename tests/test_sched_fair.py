@@ -611,12 +611,37 @@ def test_running_shares_are_max_min_over_what_other_tenants_hold_and_need():
     s2.observe(ev.CallArrived(0.0, info(1, "a", wf="a1")))
     s2.observe(ev.CallArrived(0.0, info(2, "b", wf="b1", n_in=20 * BS, n_out=0)))
     assert not s2.defer(info(2, "b", wf="b1", n_in=20 * BS, n_out=0), 0.0, HeldView(100, {}, {"a": 0}))
-    assert s2.peak_running["b"] == 20
+    assert s2.peak_running.get("b") == 20
     assert not s2.defer(call, 0.0, HeldView(100, {"a": 54, "b": 20}, {"a": 54, "b": 20}))  # 58 <= 100 - 40
     assert s2.defer(call, 0.0, HeldView(100, {"a": 57, "b": 20}, {"a": 57, "b": 20}))      # 61 > 60
     # when b's last workflow ends its peak is forgotten (bounded state)
     s2.observe(ev.WorkflowEnded(1.0, "b1", "b"))
     assert "b" not in s2.peak_running
+    assert len(s2.peak_running) == 2                    # a1 is still open, with a's peak
+
+
+def test_a_burst_stops_reserving_running_memory_once_its_workflows_end():
+    """b's workflows overlap without pause: its burst's peak counts while a workflow that ran
+    then is open, and stops counting once every one of them has ended."""
+    s = FairScheduler()
+    s.observe(ev.CallArrived(0.0, info(1, "a", wf="a1")))
+    call = info(9, "a", wf="a1", n_in=4 * BS, n_out=0)
+    for k in range(3):                                   # b's burst: three workflows, 60 blocks running
+        s.observe(ev.CallArrived(0.0, info(10 + k, "b", wf=f"b{k}", n_in=20 * BS, n_out=0)))
+    assert not s.defer(info(10, "b", wf="b0", n_in=20 * BS, n_out=0), 0.0, HeldView(100, {}, {}))
+    assert not s.defer(info(12, "b", wf="b2", n_in=20 * BS, n_out=0), 0.0,
+                       HeldView(100, {"b": 40}, {"a": 0}))
+    assert s.peak_running.get("b") == 60
+    s.observe(ev.CallArrived(1.0, info(20, "b", wf="b3", n_in=5 * BS, n_out=0)))   # a quiet session opens
+    assert not s.defer(info(20, "b", wf="b3", n_in=5 * BS, n_out=0), 1.0, HeldView(100, {}, {}))
+    for k in range(2):
+        s.observe(ev.WorkflowEnded(2.0, f"b{k}", "b"))
+    assert s.peak_running.get("b") == 60                  # b2 ran in the burst and is open
+    # a would span 51 of 100 beside b's 10 cached + 60 peak: held (both want more than half: 50)
+    assert s.defer(call, 2.0, HeldView(100, {"a": 47}, {"a": 47, "b": 10}))
+    s.observe(ev.WorkflowEnded(3.0, "b2", "b"))
+    assert s.peak_running.get("b") == 5                   # only b3's admission is left
+    assert not s.defer(call, 3.0, HeldView(100, {"a": 47}, {"a": 47, "b": 10}))   # 51 <= 100 - 15
 
 
 def test_max_min_share_examples():

@@ -18,9 +18,10 @@ Model
   blocks cached), a call is held back if its tenant's running requests plus the call would span
   more than the tenant's max-min share of the GPU pool (a tenant with nothing running is never
   held). Each other active tenant's demand is what it holds and may need: its cached blocks plus
-  the most blocks its running calls spanned at one of its admissions (so while it waits on a
-  tool its cache stays and its next calls fit at once); a tenant demanding less than its
-  weighted share leaves the rest to the others. With two tenants that both want more than half
+  the most blocks its running calls spanned at one of its admissions since its oldest open
+  workflow started (`peaks.py`; so while it waits on a tool its cache stays and its next calls
+  fit at once, and a burst whose workflows have all ended stops counting); a tenant demanding
+  less than its weighted share leaves the rest to the others. With two tenants that both want more than half
   this is the static split by weight; tenants that hold almost nothing (idle, or names invented
   to dilute the shares) reserve almost nothing. Without this a burst's running requests fill
   the pool and every eviction lands on the quiet tenant's cache, whatever the eviction order.
@@ -57,6 +58,7 @@ from typing import ClassVar
 from agentrt.runtime import events as ev
 from agentrt.sched.base import DEFAULT_MAX_HOLD_S, DEFAULT_MAX_WAIT_S, Scheduler
 from agentrt.sched.maxmin import share_of_unbounded
+from agentrt.sched.peaks import RunningPeaks
 from agentrt.sched.prefillshare import PrefillShares, passed
 from agentrt.sched.service import prefill_work
 
@@ -107,7 +109,7 @@ class FairScheduler(Scheduler):
         self.backlog: dict[str, int] = {}       # calls arrived and not finished, per tenant
         self.live: dict[str, set] = {}          # tenant -> its workflows that have not ended
         self.tags: dict[int, float] = {}        # waiting or running call -> its start tag
-        self.peak_running: dict[str, int] = {}  # most blocks a tenant's running calls spanned at an admission
+        self.peak_running = RunningPeaks()      # most blocks a tenant's running calls spanned at an admission
         self._gone: set[str] = set()            # tenants without workflows or calls whose clocks are kept
         self._sweep_at = 64
         self.prefill = PrefillShares(self.weight)
@@ -124,6 +126,7 @@ class FairScheduler(Scheduler):
                 return
             self._gone.discard(c.tenant)
             self.live.setdefault(c.tenant, set()).add(c.workflow)
+            self.peak_running.opened(c.tenant, c.workflow)
             n = self.backlog.get(c.tenant, 0)
             if n == 0:
                 # an idle tenant re-enters at the system's virtual time
@@ -156,12 +159,12 @@ class FairScheduler(Scheduler):
                 self.backlog.pop(c.tenant, None)
                 self._left(c.tenant)
         elif t is ev.WorkflowEnded:
+            self.peak_running.closed(e.tenant, e.workflow)
             flows = self.live.get(e.tenant)
             if flows is not None:
                 flows.discard(e.workflow)
                 if not flows:
                     del self.live[e.tenant]
-                    self.peak_running.pop(e.tenant, None)
                     self._left(e.tenant)
 
     def _system_time(self) -> float:
@@ -202,7 +205,7 @@ class FairScheduler(Scheduler):
             cached = view.tenant_cached_blocks(t)
             if cached or self.backlog.get(t):
                 # what the other tenant holds and may need: its cache and its peak running
-                others.append((cached + self.peak_running.get(t, 0), self.weight(t)))
+                others.append((cached + self.peak_running.get(t), self.weight(t)))
         if not others:
             self._note_peak(call.tenant, mine + need)
             return False
@@ -212,8 +215,7 @@ class FairScheduler(Scheduler):
         return False
 
     def _note_peak(self, tenant: str, blocks: int) -> None:
-        if blocks > self.peak_running.get(tenant, 0):
-            self.peak_running[tenant] = blocks
+        self.peak_running.note(tenant, blocks)
 
     def key(self, call, arrival, view):
         return (self.tags.get(call.rid, 0.0), arrival)
