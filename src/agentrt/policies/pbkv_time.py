@@ -108,7 +108,8 @@ class PBKVTimePolicy(PBKVPolicy):
         self._anchor_of: dict[tuple[str, str], tuple] = TenantKeyed(      # agent -> its anchor's hashes
             MAX_AGENT_KEYS, on_drop=lambda key, hashes: self._set_anchor(key, hashes, ()))
         self._multi: set[str] = set()     # tenants one of whose workflows made a second call
-        self._turns = TurnHazard()        # inferred conversation turns of the other tenants
+        # inferred conversation turns of the other tenants (option `turns`)
+        self._turns: TurnHazard | None = TurnHazard() if self.turns else None
 
     # ------------------------------------------------------------------ observe
     def observe(self, e) -> None:
@@ -335,6 +336,7 @@ class PBKVTimePolicy(PBKVPolicy):
     def state_bytes(self) -> int:
         n = sum(len(t) for t in self._anchors.values())
         online = self._steps.state_bytes() if self._steps is not None else 0
+        turns = self._turns.state_bytes() if self._turns is not None else 0
         return (super().state_bytes() + 120 * n + 150 * (self.times.entries() + len(self._arrivals))
                 + 60 * len(self._multi)
-                + online + self.judge.state_bytes() + 100 * len(self._out_len))
+                + online + turns + self.judge.state_bytes() + 100 * len(self._out_len))
