@@ -80,10 +80,12 @@ def test_cachesage_transitions_survive_another_tenants_invented_agents():
 
 
 def test_pbkv_ta_agent_tables_survive_another_tenants_invented_agents(monkeypatch):
+    import agentrt.policies.anchors as an
     import agentrt.policies.pbkv_time as pt
     import agentrt.policies.timing as tm
     monkeypatch.setattr(pt, "MAX_AGENT_KEYS", 50)
     monkeypatch.setattr(tm, "MAX_AGENT_KEYS", 50)
+    monkeypatch.setattr(an, "MAX_AGENT_KEYS", 50)
     b = RuntimeBridge("pbkv-ta")
     p = b.runtime.policy
     for w in ("b1", "b2"):

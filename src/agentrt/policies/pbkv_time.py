@@ -28,7 +28,8 @@ NSDI 2018), estimated from the runtime's knowledge of agents:
 - Anchor density. A block of an agent's anchor (its system prompt and tools, confirmed by two
   workflows) is read by every thread of that agent: live threads count through their own
   densities; beyond them, the next new thread of the agent in any workflow of the tenant reads it.
-  With new threads starting at mean gap g_a, that is a density of 1 / g_a (memoryless arrivals).
+  With new threads starting at mean gap g_a, that is a density of 1 / g_a (memoryless arrivals;
+  `anchors.py`).
   Anchors rank above the blocks of ended workflows, which is right only where a workflow's end
   says its blocks are dead: a tenant whose workflows are all one call (a trace or client without
   workflow identity, as Mooncake's: each turn of a conversation is its own "workflow", and the
@@ -73,6 +74,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from agentrt.policies.anchors import AgentAnchors
 from agentrt.policies.forecast_judge import ForecastJudge
 from agentrt.policies.online_steps import OnlineSteps
 from agentrt.policies.pbkv import PBKVPolicy
@@ -81,7 +83,7 @@ from agentrt.policies.turns import TurnHazard
 from agentrt.policies.timing import MAX_AGENT_KEYS, TINY, AgentTimes, _dropped, _Tail, thread_density
 from agentrt.runtime import events as ev
 from agentrt.runtime.state import threads_of
-from agentrt.runtime.window import SampleWindow, TenantKeyed, window_in
+from agentrt.runtime.window import TenantKeyed, window_in
 
 
 class PBKVTimePolicy(PBKVPolicy):
@@ -103,10 +105,9 @@ class PBKVTimePolicy(PBKVPolicy):
         self._tail: dict[tuple[str, str], _Tail] = TenantKeyed(MAX_AGENT_KEYS)   # agent -> blocks its next call drops
         self.now = 0.0
         self.times = AgentTimes()
-        self._arrivals: dict[tuple[str, str], list] = TenantKeyed(MAX_AGENT_KEYS)  # agent -> [last thread start, SampleWindow]
-        self._anchors: dict[str, dict[int, set[str]]] = {}    # tenant -> hash -> agents
-        self._anchor_of: dict[tuple[str, str], tuple] = TenantKeyed(      # agent -> its anchor's hashes
-            MAX_AGENT_KEYS, on_drop=lambda key, hashes: self._set_anchor(key, hashes, ()))
+        self.anchors = AgentAnchors()     # agents' anchor blocks and thread-start rates (`anchors.py`)
+        # its tables by their former names (read by tests and diagnostics)
+        self._anchors, self._anchor_of, self._arrivals = self.anchors.table, self.anchors.of, self.anchors.starts
         self._multi: set[str] = set()     # tenants one of whose workflows made a second call
         # inferred conversation turns of the other tenants (option `turns`)
         self._turns: TurnHazard | None = TurnHazard() if self.turns else None
@@ -144,58 +145,15 @@ class PBKVTimePolicy(PBKVPolicy):
             window_in(self._tail, key, MAX_AGENT_KEYS, _Tail).add(_dropped(th.last_node, info.hash_ids))
         if th is not None and th.calls == 1:
             # a thread starts: the calls that read an anchor without a live thread holding it
-            a = self._arrivals.get(key)
-            if a is None:
-                self._arrivals[key] = [e.now, SampleWindow()]
-            else:
-                a[1].add(e.now - a[0])
-                a[0] = e.now
-        self._update_anchor(info.tenant, info.agent)
-
-    def _update_anchor(self, tenant: str, agent: str) -> None:
-        prof = self.runtime.profile(tenant, agent) if self.runtime is not None else None
-        if prof is None:
-            return
-        n = len(prof.anchor) if prof.anchor_workflows >= 2 else 0
-        key = (tenant, agent)
-        old = self._anchor_of.get(key, ())
-        if n != len(old):
-            self._set_anchor(key, old, tuple(prof.anchor[:n]))
-
-    def _set_anchor(self, key: tuple[str, str], old: tuple, new: tuple) -> None:
-        """The agent's anchor blocks go from `old` to `new` in its tenant's table; at most
-        MAX_AGENT_KEYS agents keep one (past it, the tenant with the most loses its longest
-        unchanged): a client inventing agents cannot grow the table, nor drop another tenant's."""
-        tenant, agent = key
-        table = self._anchors.setdefault(tenant, {})
-        keep = set(new)
-        for h in old:
-            if h not in keep and (agents := table.get(h)) is not None:
-                agents.discard(agent)
-                if not agents:
-                    del table[h]
-        for h in new:
-            table.setdefault(h, set()).add(agent)
-        if not table:
-            del self._anchors[tenant]
-        if new:
-            self._anchor_of[key] = new
-        else:
-            self._anchor_of.pop(key, None)
+            self.anchors.thread_started(key, e.now)
+        prof = self.runtime.profile(info.tenant, info.agent) if self.runtime is not None else None
+        if prof is not None:
+            self.anchors.update(key, prof)
 
     def anchor_density(self, tenant: str, hash_id: int) -> float | None:
         if tenant not in self._multi:
             return None          # one-call workflows: their ends say nothing (see the docstring)
-        agents = self._anchors.get(tenant)
-        agents = agents.get(hash_id) if agents else None
-        if not agents:
-            return None
-        best = 0.0
-        for a in agents:
-            rec = self._arrivals.get((tenant, a))
-            if rec is not None and rec[1].n:
-                best = max(best, 1.0 / max(rec[1].mean(0.0), TINY))
-        return best
+        return self.anchors.density(tenant, hash_id)
 
     # ------------------------------------------------------------------ online forecasts
     def _online_steps(self) -> OnlineSteps:
@@ -314,7 +272,7 @@ class PBKVTimePolicy(PBKVPolicy):
                         if tail is not None and leaf is not None:
                             v *= tail.kept(leaf.depth - block.depth)
                     s += v
-        if self._anchors:
+        if self.anchors:
             a = self.anchor_density(block.tenant, block.hash)
             if a is not None:
                 active = True
@@ -334,7 +292,7 @@ class PBKVTimePolicy(PBKVPolicy):
         return {"forecasts_overruled": self.judge.online_agents(), "forecasts_judged": len(self.judge)}
 
     def state_bytes(self) -> int:
-        n = sum(len(t) for t in self._anchors.values())
+        n = self.anchors.blocks()
         online = self._steps.state_bytes() if self._steps is not None else 0
         turns = self._turns.state_bytes() if self._turns is not None else 0
         return (super().state_bytes() + 120 * n + 150 * (self.times.entries() + len(self._arrivals))
