@@ -21,9 +21,9 @@ Model
   the most blocks its running calls spanned at one of its admissions since its oldest open
   workflow started (`peaks.py`; so while it waits on a tool its cache stays and its next calls
   fit at once, and a burst whose workflows have all ended stops counting); a tenant demanding
-  less than its weighted share leaves the rest to the others. With two tenants that both want more than half
-  this is the static split by weight; tenants that hold almost nothing (idle, or names invented
-  to dilute the shares) reserve almost nothing. Without this a burst's running requests fill
+  less than its weighted share leaves the rest to the others. With two tenants that both want
+  more than half this is the static split by weight; tenants that hold almost nothing (idle,
+  or names invented to dilute the shares) reserve almost nothing. Without this a burst's running requests fill
   the pool and every eviction lands on the quiet tenant's cache, whatever the eviction order.
   Held calls wait at most `max_hold_s`.
 - Each iteration's prefill budget is shared by weight too (`prefillshare.py`): admitted calls'
