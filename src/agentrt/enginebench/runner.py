@@ -214,7 +214,8 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
             srv = VLLMServer(str(model_dir), block_size=opts.block_size, num_blocks=opts.vllm_blocks,
                              kv_connector=kv, extra_env=env, log_path=str(log_dir / f"vllm-{label}.log"),
                              startup_timeout_s=opts.startup_timeout_s,
-                             scheduling_policy="priority" if prios is not None else "fcfs")
+                             scheduling_policy="priority" if prios is not None else "fcfs",
+                             die_with_parent=True)    # a killed bench leaves no server behind
             srv.start()
             startup[label] = round(srv.startup_s or 0.0, 1)
             try:

