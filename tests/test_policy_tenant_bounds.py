@@ -94,8 +94,8 @@ def test_pbkv_ta_agent_tables_survive_another_tenants_invented_agents(monkeypatc
     key = ("team-b", "planner")
 
     def held():
-        return (key in p.times.svc, any(k[:2] == key for k in p.times.gap), key in p._anchor_of,
-                key in p._arrivals)
+        return (key in p.times.svc, any(k[:2] == key for k in p.times.gap), key in p.anchors.of,
+                key in p.anchors.starts)
 
     before = held()
     assert all(before)
@@ -104,7 +104,7 @@ def test_pbkv_ta_agent_tables_survive_another_tenants_invented_agents(monkeypatc
             call(b, "team-a", f"x{i}", f"{w}{i}", f"agent {i} " * 60)
             call(b, "team-a", f"x{i}", f"{w}{i}", f"agent {i} " * 60)
     assert held() == before
-    assert len(p._anchor_of) <= 50 and len(p._arrivals) <= 50 and len(p.times.svc) <= 50
+    assert len(p.anchors.of) <= 50 and len(p.anchors.starts) <= 50 and len(p.times.svc) <= 50
     # every anchor the bound dropped left the tenant's hash table too
-    held_agents = {a for t in p._anchors.values() for agents in t.values() for a in agents}
-    assert held_agents <= {k[1] for k in p._anchor_of}
+    held_agents = {a for t in p.anchors.table.values() for agents in t.values() for a in agents}
+    assert held_agents <= {k[1] for k in p.anchors.of}

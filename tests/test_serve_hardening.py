@@ -242,7 +242,7 @@ def test_pbkv_ta_agent_tables_stay_bounded_when_a_client_invents_agents(monkeypa
             call(b, "team-a", f"x{i}", f"{w}{i}", f"agent {i} " * 60)
             call(b, "team-a", f"x{i}", f"{w}{i}", f"agent {i} " * 60, user="again")
     p = b.runtime.policy
-    assert len(p._arrivals) <= 50 and len(p._anchor_of) == 50 and len(p._tail) <= 50   # the cap was reached
+    assert len(p.anchors.starts) <= 50 and len(p.anchors.of) == 50 and len(p._tail) <= 50   # the cap was reached
     assert all(len(t) <= 50 for t in (p.times.svc, p.times.gap, p.times.tool_log, p.times.err_log))
-    held = {a for table in p._anchors.values() for agents in table.values() for a in agents}
-    assert held <= {agent for _, agent in p._anchor_of}             # dropped agents left the table
+    held = {a for table in p.anchors.table.values() for agents in table.values() for a in agents}
+    assert held <= {agent for _, agent in p.anchors.of}             # dropped agents left the table

@@ -106,8 +106,6 @@ class PBKVTimePolicy(PBKVPolicy):
         self.now = 0.0
         self.times = AgentTimes()
         self.anchors = AgentAnchors()     # agents' anchor blocks and thread-start rates (`anchors.py`)
-        # its tables by their former names (read by tests and diagnostics)
-        self._anchors, self._anchor_of, self._arrivals = self.anchors.table, self.anchors.of, self.anchors.starts
         self._multi: set[str] = set()     # tenants one of whose workflows made a second call
         # inferred conversation turns of the other tenants (option `turns`)
         self._turns: TurnHazard | None = TurnHazard() if self.turns else None
@@ -295,6 +293,6 @@ class PBKVTimePolicy(PBKVPolicy):
         n = self.anchors.blocks()
         online = self._steps.state_bytes() if self._steps is not None else 0
         turns = self._turns.state_bytes() if self._turns is not None else 0
-        return (super().state_bytes() + 120 * n + 150 * (self.times.entries() + len(self._arrivals))
+        return (super().state_bytes() + 120 * n + 150 * (self.times.entries() + len(self.anchors.starts))
                 + 60 * len(self._multi)
                 + online + turns + self.judge.state_bytes() + 100 * len(self._out_len))

@@ -107,9 +107,10 @@ class FairScheduler(Scheduler):
         self.weights = parse_weights(weights)
         self.virtual: dict[str, float] = {}
         self.backlog: dict[str, int] = {}       # calls arrived and not finished, per tenant
-        self.live: dict[str, set] = {}          # tenant -> its workflows that have not ended
         self.tags: dict[int, float] = {}        # waiting or running call -> its start tag
-        self.peak_running = RunningPeaks()      # most blocks a tenant's running calls spanned at an admission
+        # open workflows per tenant, and the most blocks a tenant's running calls spanned at an admission
+        self.peak_running = RunningPeaks()
+        self.live = self.peak_running.open      # tenant -> its workflows that have not ended
         self._gone: set[str] = set()            # tenants without workflows or calls whose clocks are kept
         self._sweep_at = 64
         self.prefill = PrefillShares(self.weight)
@@ -125,7 +126,6 @@ class FairScheduler(Scheduler):
             if c.warmup or c.rid in self.tags:
                 return
             self._gone.discard(c.tenant)
-            self.live.setdefault(c.tenant, set()).add(c.workflow)
             self.peak_running.opened(c.tenant, c.workflow)
             n = self.backlog.get(c.tenant, 0)
             if n == 0:
@@ -159,13 +159,10 @@ class FairScheduler(Scheduler):
                 self.backlog.pop(c.tenant, None)
                 self._left(c.tenant)
         elif t is ev.WorkflowEnded:
+            was_live = e.tenant in self.live
             self.peak_running.closed(e.tenant, e.workflow)
-            flows = self.live.get(e.tenant)
-            if flows is not None:
-                flows.discard(e.workflow)
-                if not flows:
-                    del self.live[e.tenant]
-                    self._left(e.tenant)
+            if was_live and e.tenant not in self.live:       # its last open workflow ended
+                self._left(e.tenant)
 
     def _system_time(self) -> float:
         """Where a tenant with nothing in flight re-enters: the smallest start tag still waiting
@@ -240,4 +237,4 @@ class FairScheduler(Scheduler):
         return budget if tenant == self.least() else cap
 
     def state_bytes(self) -> int:
-        return self.prefill.state_bytes() + 150 * (len(self.virtual) + len(self.backlog)) + 80 * len(self.tags) + 100 * sum(len(f) for f in self.live.values()) + 80 * (len(self.peak_running) + len(self._gone))
+        return self.prefill.state_bytes() + 150 * (len(self.virtual) + len(self.backlog)) + 80 * len(self.tags) + 100 * sum(len(f) for f in self.live.values()) + 80 * (self.peak_running.noted() + len(self._gone))

@@ -20,34 +20,35 @@ from collections import deque
 
 
 class RunningPeaks:
-    __slots__ = ("_open", "_notes", "_stamp")
+    __slots__ = ("open", "_notes", "_stamp")
 
     def __init__(self) -> None:
-        self._open: dict[str, dict[str, int]] = {}          # tenant -> open workflow -> start stamp (oldest first)
+        # tenant -> its open workflows -> start stamp (oldest first); `fair` reads it as its live set
+        self.open: dict[str, dict[str, int]] = {}
         self._notes: dict[str, deque[tuple[int, int]]] = {}  # tenant -> (stamp, blocks), blocks decreasing
         self._stamp = 0
 
     def opened(self, tenant: str, workflow: str) -> None:
         """A call of `workflow` arrived (a workflow already open keeps its start)."""
-        flows = self._open.setdefault(tenant, {})
+        flows = self.open.setdefault(tenant, {})
         if workflow not in flows:
             self._stamp += 1
             flows[workflow] = self._stamp
 
     def closed(self, tenant: str, workflow: str) -> None:
         """`workflow` ended; the tenant's peaks older than its oldest open workflow go."""
-        flows = self._open.get(tenant)
+        flows = self.open.get(tenant)
         if flows is None or flows.pop(workflow, None) is None:
             return
         if not flows:
-            del self._open[tenant]
+            del self.open[tenant]
             self._notes.pop(tenant, None)
             return
         self._trim(tenant, next(iter(flows.values())))
 
     def note(self, tenant: str, blocks: int) -> None:
         """The tenant's running calls span `blocks` at an admission."""
-        if tenant not in self._open:
+        if tenant not in self.open:
             return                       # warm-up or a call outside any open workflow: no demand kept
         self._stamp += 1
         q = self._notes.setdefault(tenant, deque())
@@ -72,6 +73,10 @@ class RunningPeaks:
     def __contains__(self, tenant: str) -> bool:
         return tenant in self._notes
 
+    def noted(self) -> int:
+        """Peaks held over all tenants."""
+        return sum(len(q) for q in self._notes.values())
+
     def __len__(self) -> int:
         """Entries held: open workflows and noted peaks."""
-        return sum(len(f) for f in self._open.values()) + sum(len(q) for q in self._notes.values())
+        return sum(len(f) for f in self.open.values()) + self.noted()
