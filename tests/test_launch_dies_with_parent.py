@@ -12,7 +12,7 @@ import pytest
 
 from agentrt.vllm import launch
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the children")
 
 SERVER = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
           "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
@@ -22,6 +22,20 @@ import os, subprocess, sys, time
 sup = subprocess.Popen([sys.executable, "-m", "agentrt.vllm.supervise", str(os.getpid()), "1", "-c", sys.argv[1]],
                        start_new_session=True)
 print(sup.pid, flush=True)
+time.sleep(120)
+"""
+# the same, started from a thread that ends a second later (a thread pool, a Ray actor's worker
+# thread): the kernel's parent-death signal would fire then, since it follows the thread
+THREAD_STARTER = """
+import os, subprocess, sys, threading, time
+def start():
+    sup = subprocess.Popen([sys.executable, "-m", "agentrt.vllm.supervise", str(os.getpid()), "1", "-c", sys.argv[1]],
+                           start_new_session=True)
+    print(sup.pid, flush=True)
+    time.sleep(1.0)
+t = threading.Thread(target=start)
+t.start()
+t.join()
 time.sleep(120)
 """
 
@@ -50,19 +64,27 @@ def children(pid: int) -> list[int]:
         return [int(x) for x in f.read().split()]
 
 
-def test_the_server_and_its_children_end_when_the_starter_is_killed():
-    starter = subprocess.Popen([sys.executable, "-c", STARTER, SERVER], stdout=subprocess.PIPE, text=True)
+def server_tree(starter: subprocess.Popen) -> list[int]:
+    """The supervisor, the stand-in server and its child, once all three run."""
     sup = int(starter.stdout.readline())
-    pids = [sup]
+    deadline = time.time() + 30
+    while time.time() < deadline and not children(sup):
+        time.sleep(0.05)
+    server = children(sup)[0]
+    while time.time() < deadline and not children(server):
+        time.sleep(0.05)
+    return [sup, server, *children(server)]
+
+
+@pytest.mark.parametrize("starter_code", [STARTER, THREAD_STARTER], ids=["main-thread", "ended-thread"])
+def test_the_server_and_its_children_end_when_the_starter_is_killed(starter_code):
+    starter = subprocess.Popen([sys.executable, "-c", starter_code, SERVER], stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline and not children(sup):
-            time.sleep(0.05)
-        server = children(sup)[0]
-        while time.time() < deadline and not children(server):
-            time.sleep(0.05)
-        pids += [server, *children(server)]
+        pids = server_tree(starter)
         assert len(pids) == 3 and all(alive(p) for p in pids)
+        time.sleep(2.0)          # the starting thread has ended; the starting process lives
+        assert all(alive(p) for p in pids), "the server ended while the process that started it lives"
         starter.send_signal(signal.SIGKILL)           # the test run is killed
         starter.wait()
         assert wait_gone(pids) == [], "the server or its child outlived the process that started it"

@@ -114,7 +114,8 @@ class VLLMReplica:
         self.block_size, self.num_blocks = spec.block_size, spec.num_blocks
         self.server = VLLMServer(spec.model, block_size=spec.block_size, num_blocks=spec.num_blocks,
                                  served_name=spec.served_name, extra_args=args,
-                                 log_path=str(work / "vllm.log")).start()
+                                 log_path=str(work / "vllm.log"),
+                                 die_with_parent=True).start()   # a killed actor takes its server down
         self.url = self.server.base_url
 
     def record_replica_metadata(self) -> dict:

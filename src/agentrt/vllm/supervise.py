@@ -2,11 +2,14 @@
 
     python -m agentrt.vllm.supervise PARENT_PID GRACE_S ARG...   # runs `python ARG...`
 
-Model (`launch.VLLMServer(die_with_parent=True)`; Linux)
-- The supervisor asks the kernel for SIGTERM when the thread that started it dies (the
-  parent-death signal), checks that its parent is still PARENT_PID (else it never starts the
-  server), and runs the server as its child in its own process group: the launcher starts the
-  supervisor in a new session, and vLLM's engine-core and worker processes stay in it.
+Model (`launch.VLLMServer(die_with_parent=True)`; Linux, any POSIX system with `os.getppid`)
+- The supervisor checks that its parent is PARENT_PID (else it never starts the server), runs
+  the server as its child in its own process group (the launcher starts the supervisor in a new
+  session, and vLLM's engine-core and worker processes stay in it), and every 0.2 s checks that
+  its parent is still PARENT_PID: when the starting *process* dies the supervisor is handed to
+  another parent, and it stops the server as if SIGTERMed. It watches the process, not the
+  thread that started it (the kernel's parent-death signal follows the thread), so a server
+  started from a thread pool or a Ray actor's worker thread lives as long as that process.
 - SIGTERM (the parent died, or `VLLMServer.stop()`) is passed to the server. If the server has
   not exited GRACE_S seconds later the whole group is killed: vLLM ignores SIGTERM while its
   engine starts, and its engine-core process outlives a killed API server.
@@ -16,14 +19,13 @@ Nothing here is specific to vLLM but the reason it exists.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
 
-PR_SET_PDEATHSIG = 1
+POLL_S = 0.2
 
 
 def main(argv: list[str]) -> int:
@@ -31,7 +33,6 @@ def main(argv: list[str]) -> int:
         print("usage: python -m agentrt.vllm.supervise PARENT_PID GRACE_S ARG...", file=sys.stderr)
         return 2
     parent, grace_s, args = int(argv[0]), float(argv[1]), argv[2:]
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:
         print("agentrt supervise: the process that started the server is gone; not starting it", file=sys.stderr)
         return 1
@@ -41,10 +42,12 @@ def main(argv: list[str]) -> int:
     forwarded = False
     while True:
         try:
-            code = child.wait(timeout=0.2)
+            code = child.wait(timeout=POLL_S)
             return code if code >= 0 else 128 - code
         except subprocess.TimeoutExpired:
             pass
+        if not stopping and os.getppid() != parent:     # the starter died: we were handed on
+            stopping.append(time.monotonic())
         if stopping and not forwarded:
             child.send_signal(signal.SIGTERM)
             forwarded = True
