@@ -26,9 +26,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agentrt.serve.answers import upstream_error
 from agentrt.serve.auth import TENANT_RE, AuthConfig, Principal, Salts, default_unsalted, tenant_scoped
 from agentrt.serve.metrics import CONTENT_TYPE_LATEST
-from agentrt.serve.proxy import HotPath, upstream_error
+from agentrt.serve.proxy import HotPath
 from agentrt.serve.runtime_bridge import RuntimeBridge
 from agentrt.serve.upstream import UpstreamPool
 from agentrt.serve.validate import error_body

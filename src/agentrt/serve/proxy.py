@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import zlib
 
 import orjson
 
+from agentrt.serve.answers import (TOOL_FINISH, body_decoder, error_response, inflate, read_answer, send_json,
+                                   upstream_error)
 from agentrt.serve.identity import forward_body, resolve_identity
 from agentrt.serve.upstream import UpstreamError, UpstreamTimeout
 from agentrt.serve.validate import RequestError, error_body, parse_body, validate_chat, validate_completion
@@ -44,45 +44,6 @@ HOP = {b"host", b"content-length", b"connection", b"keep-alive", b"te", b"upgrad
 IDENTITY = {b"x-agent-id", b"x-workflow-id", b"x-workflow-end", b"x-tenant-id", b"x-session-id"}
 RESPONSE_DROP = {b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"date", b"server"}
 PRIORITY = PRIORITY_HEADER.encode()
-
-
-def error_response(status: int, message: str, type_: str, param: str | None = None):
-    return status, orjson.dumps(error_body(message, type_, param, status))
-
-
-async def send_json(send, status: int, body: bytes, headers: list | None = None) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())] + (headers or [])})
-    await send({"type": "http.response.body", "body": body})
-
-
-TOOL_FINISH = re.compile(rb'"finish_reason"\s*:\s*"(?:tool_calls|function_call)"')
-TOOL_REASONS = ("tool_calls", "function_call")
-
-
-def _answer(data: bytes) -> tuple[dict | None, bool]:
-    """A JSON answer's `usage`, and whether one of its choices ends in a tool call."""
-    try:
-        obj = orjson.loads(data)
-    except ValueError:
-        return None, False
-    if not isinstance(obj, dict):
-        return None, False
-    u = obj.get("usage")
-    choices = obj.get("choices")
-    tool = isinstance(choices, list) and any(
-        isinstance(c, dict) and c.get("finish_reason") in TOOL_REASONS for c in choices)
-    return (u if isinstance(u, dict) else None), tool
-
-
-def _decoder(encoding: bytes | None):
-    """A zlib decoder for a copy of the body (usage sniffing), None for identity, False: unknown."""
-    if not encoding or encoding.strip().lower() == b"identity":
-        return None
-    if encoding.strip().lower() in (b"gzip", b"x-gzip", b"deflate"):
-        return zlib.decompressobj(47)          # gzip or zlib header, detected
-    return False
 
 
 class HotPath:
@@ -208,7 +169,7 @@ class HotPath:
                 bridge.metrics.upstream_errors.labels(cfg.policy, str(resp.status)).inc()
             headers = [(k, v) for k, v in resp.headers if k not in RESPONSE_DROP]
             ctype_up = resp.header(b"content-type") or b""
-            dec = _decoder(resp.header(b"content-encoding"))
+            dec = body_decoder(resp.header(b"content-encoding"))
             if resp.status == 200 and ctype_up.startswith(b"text/event-stream"):
                 status = "broken"
                 status, usage, tool = await self._relay(send, resp, headers, dec, ctx)
@@ -221,7 +182,7 @@ class HotPath:
                 return await send_json(send, *error_response(code, self._upstream_error("answer broke off", e), typ))
             status = resp.status
             if status == 200 and dec is not False:
-                usage, tool = _answer(content if dec is None else _inflate(dec, content))
+                usage, tool = read_answer(content if dec is None else inflate(dec, content))
             headers.append((b"content-length", str(len(content)).encode()))
             await send({"type": "http.response.start", "status": resp.status, "headers": headers})
             await send({"type": "http.response.body", "body": content})
@@ -241,7 +202,7 @@ class HotPath:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 if dec is False:
                     continue
-                text = chunk if dec is None else _inflate(dec, chunk)
+                text = chunk if dec is None else inflate(dec, chunk)
                 if not tool:     # `edge`: the last bytes of the previous chunk, for a split match
                     tool = TOOL_FINISH.search(edge + text) is not None
                     edge = text[-48:]
@@ -250,7 +211,7 @@ class HotPath:
                     tail = lines.pop()
                     for line in lines:
                         if line.startswith(b"data:") and b'"usage"' in line:
-                            usage = _answer(line[5:])[0] or usage
+                            usage = read_answer(line[5:])[0] or usage
                     if len(tail) > 1 << 20:
                         tail = b""
         except UpstreamError as e:
@@ -284,29 +245,9 @@ class HotPath:
                 return
 
 
-def upstream_error(upstream: str, hide: bool, what: str, detail: str, where: bool = False,
-                   timeout: bool = False) -> str:
-    """The message a client gets for an upstream failure ("upstream <what>: <detail>", with the
-    upstream's address when `where`). With `hide` (`--auth`), tenants are not told the internal
-    address or socket errors (logged here instead), as /health hides them; a timeout's detail
-    (how long) is kept."""
-    full = f"upstream {upstream} {what}" if where else f"upstream {what}"
-    if not hide:
-        return f"{full}: {detail}"
-    log.warning("agentrt serve: %s: %s", full, detail)
-    return f"upstream {what}: {detail}" if timeout else f"upstream {what}"
-
-
 def _taken(ctx: dict, conn) -> None:
     """The upstream pool took `conn` for this call: the watcher aborts it if the client leaves,
     and a client that already left gets it aborted at once."""
     ctx["conn"] = conn
     if ctx["gone"]:
         conn.writer.transport.abort()
-
-
-def _inflate(dec, data: bytes) -> bytes:
-    try:
-        return dec.decompress(data)
-    except zlib.error:
-        return b""
