@@ -8,12 +8,7 @@ needs, once:
 - workflow lifecycles: a table of live workflows (agent path, threads, calls in flight), dropped
   when a workflow ends or stays silent for `silent_after_s` with nothing in flight;
 - bounded state: at most `max_workflows_per_tenant` open workflows per tenant and `max_workflows`
-  in all; a new workflow over a cap first ends the tenant's (resp. the runtime's) oldest idle
-  workflow (no call in flight; least recently active first). The policy sees a `WorkflowEnded`
-  (reason "cap") for it; `forced_ends` counts them. A workflow with a call in flight is never
-  ended, so the cap can be exceeded by calls in flight only (the engine bounds those). Engines
-  that export ends per tenant set `on_end(workflow, reason)`: called once for every workflow the
-  runtime held when it ends, whatever ended it ("end", "cap", "silent"), after it is dropped;
+  in all, and a silence sweep (`lifecycle.py`);
 - bounded threads: a workflow has at most `max_threads_per_workflow` threads (1,024: no framework
   runs that many agents in one workflow); calls of further agents share one thread named
   `~other` (`overflow_calls` counts them), so a client inventing an agent per call cannot grow
@@ -28,19 +23,17 @@ needs, once:
   (`branches.py`).
 Then it forwards the event to the policy. Warm-up calls are forwarded but never learned from.
 
-Silence sweep: `sweep(now)` ends the workflows silent for `silent_after_s`, every 256 events and
-on the engines' timers. Idle workflows are kept in order of last activity, so a sweep or a cap
-costs what it ends. Time is passed in (`now`), never read here, non-decreasing per runtime.
+Time is passed in (`now`), never read here, non-decreasing per runtime.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 
 from agentrt.runtime import events as ev
 from agentrt.runtime.branches import untag_dead_branch
 from agentrt.runtime.identity import anchor_agent
+from agentrt.runtime.lifecycle import WorkflowLifecycle
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.state import AgentProfile, Thread, WorkflowState, tag_path
 from agentrt.runtime.tenant_lru import TenantLRU
@@ -49,7 +42,7 @@ from agentrt.runtime.tenant_lru import TenantLRU
 OVERFLOW_AGENT = "~other"    # the shared thread of a workflow's agents past `max_threads_per_workflow`
 
 
-class AgentRuntime:
+class AgentRuntime(WorkflowLifecycle):
     SWEEP_EVERY = 256        # events between two sweeps from `observe`
 
     def __init__(self, policy: Policy, *, anchor_tokens: int = 256, max_anchor_tokens: int = 8192,
@@ -71,12 +64,7 @@ class AgentRuntime:
         self.max_workflows_per_tenant = max_workflows_per_tenant
         self.max_threads_per_workflow = max_threads_per_workflow
         self.overflow_calls = 0      # calls folded into a workflow's OVERFLOW_AGENT thread
-        self.workflows: dict[str, WorkflowState] = {}
-        # live workflows with no call in flight, least recently active first (ordered by the
-        # finish that left them idle); per tenant too, in the same order
-        self.between_calls: OrderedDict[str, WorkflowState] = OrderedDict()
-        self._idle_by_tenant: dict[str, OrderedDict[str, WorkflowState]] = {}
-        self._open_by_tenant: dict[str, int] = {}
+        self._init_lifecycle()
         self.agents = TenantLRU(max_agents, on_drop=self._profile_dropped)   # (tenant, agent) -> AgentProfile
         self._calls: dict[int, Thread] = {}
         self._events = 0
@@ -85,9 +73,6 @@ class AgentRuntime:
         self.untag_branches = policy.needs_tags and policy.untags_dead_branches
         self.wants_events = policy.wants_events or policy.needs_tags
         self.errors = 0
-        self.forced_ends = 0         # workflows ended by the caps (reason "cap")
-        self.silent_ends = 0         # workflows ended by the silence sweep (reason "silent")
-        self.on_end: Callable[[WorkflowState, str], None] | None = None
         self.profiles_dropped = 0    # agent profiles dropped past `max_agents`
         policy.bind(self)
 
@@ -162,80 +147,6 @@ class AgentRuntime:
         self._events += 1
         if self._events % self.SWEEP_EVERY == 0:
             self.sweep(now)
-
-    # ------------------------------------------------------------------ bounded state
-    def sweep(self, now: float) -> int:
-        """End the workflows silent for `silent_after_s` with nothing in flight (their framework
-        never said); the policy sees a `WorkflowEnded` (reason "silent") for each. Returns how
-        many ended. Engines call this on a timer (e.g. every few seconds, with the engine's
-        clock); `observe` also calls it every 256 events. Cost: what it ends, plus one."""
-        cutoff = now - self.silent_after_s
-        silent = []
-        for wf in self.between_calls.values():   # least recently active first
-            if wf.last_seen >= cutoff:
-                break
-            silent.append(wf)
-        for wf in silent:
-            self.silent_ends += 1
-            self._end(wf, now, "silent")
-        return len(silent)
-
-    _sweep = sweep   # (the name it had)
-
-    def _end(self, wf: WorkflowState, now: float, reason: str) -> None:
-        """End a workflow the runtime decided is over: the policy sees it, then it is dropped."""
-        wf.ended = True
-        try:
-            self.policy.observe(ev.WorkflowEnded(now, wf.id, wf.tenant, reason))
-        finally:
-            self._drop(wf)
-            if self.on_end is not None:
-                self.on_end(wf, reason)
-
-    def _drop(self, wf: WorkflowState) -> None:
-        if self.workflows.get(wf.id) is wf:
-            del self.workflows[wf.id]
-            n = self._open_by_tenant[wf.tenant] - 1
-            if n:
-                self._open_by_tenant[wf.tenant] = n
-            else:
-                del self._open_by_tenant[wf.tenant]
-        self._not_idle(wf)
-
-    def _idle(self, wf: WorkflowState) -> None:
-        self.between_calls[wf.id] = wf
-        t = self._idle_by_tenant.get(wf.tenant)
-        if t is None:
-            t = self._idle_by_tenant[wf.tenant] = OrderedDict()
-        t[wf.id] = wf
-
-    def _not_idle(self, wf: WorkflowState) -> None:
-        if self.between_calls.get(wf.id) is wf:
-            del self.between_calls[wf.id]
-            t = self._idle_by_tenant[wf.tenant]
-            del t[wf.id]
-            if not t:
-                del self._idle_by_tenant[wf.tenant]
-
-    def _make_room(self, tenant: str, now: float) -> None:
-        """Before a new workflow of `tenant` opens: end the oldest idle workflows over the caps."""
-        cap = self.max_workflows_per_tenant
-        if cap is not None:
-            while self._open_by_tenant.get(tenant, 0) >= cap:
-                idle = self._idle_by_tenant.get(tenant)
-                if not idle:
-                    break                       # all busy: calls in flight are never dropped
-                self.forced_ends += 1
-                self._end(next(iter(idle.values())), now, "cap")
-        cap = self.max_workflows
-        if cap is not None:
-            while len(self.workflows) >= cap and self.between_calls:
-                self.forced_ends += 1
-                self._end(next(iter(self.between_calls.values())), now, "cap")
-
-    def open_workflows(self, tenant: str | None = None) -> int:
-        """Open workflows, of one tenant or in all."""
-        return len(self.workflows) if tenant is None else self._open_by_tenant.get(tenant, 0)
 
     def stats(self) -> dict:
         """Counters for engines' metrics: open and idle workflows, ends forced by the caps and by
