@@ -32,13 +32,12 @@ Failure: the first exception from the runtime or the policy is logged once, the 
 switched off (its per-request tables are cleared) and vLLM carries on with its own LRU order.
 Nothing here raises into vLLM.
 Evictions are tracked by `evictions.py`, preemptions by `preemptions.py`, the numbers (`stats()`)
-by `runtime_stats.py`, failure by `failsafe.py`: mixins.
+by `runtime_stats.py`, failure by `failsafe.py`: mixins. The policy is built by `policy_setup.py`.
 Time (`now`) is seconds of `time.monotonic()` since the connector started.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 
@@ -50,10 +49,11 @@ from agentrt.vllm.config import ConnectorConfig
 from agentrt.vllm.eventlog import EventLog
 from agentrt.vllm.evictions import MirrorEvictions
 from agentrt.vllm.failsafe import FailSafe
-from agentrt.vllm.hosttier import GROUP0, HostTier, StepPlan
+from agentrt.vllm.hosttier import HostTier, StepPlan
 from agentrt.vllm.identity import Identity, request_identity
 from agentrt.vllm.kvhints import HintCounts
 from agentrt.vllm.mirror import Mirror, hash_int
+from agentrt.vllm.policy_setup import hosted_policy
 from agentrt.vllm.preemptions import Preemptions
 from agentrt.vllm.reorder import QueueOrderer, Stopwatch
 from agentrt.vllm.runtime_stats import RuntimeStats
@@ -62,34 +62,13 @@ from agentrt.vllm.tenants import with_tenant_shares
 log = logging.getLogger("agentrt.vllm")
 
 
-def _one_torch_thread() -> None:
-    """A policy's predictor (torch) runs in the scheduler process, beside vLLM's workers: one
-    intra-op thread keeps it from competing with their compute threads for the cores."""
-    import sys
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            torch.set_num_threads(1)
-        except Exception:  # noqa: BLE001
-            pass
-
-
 class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
     def __init__(self, cfg: ConnectorConfig, block_size: int, elog: EventLog,
                  separate_workers: bool = False) -> None:
-        from agentrt.policies.registry import make_policy
-        if separate_workers:
-            _one_torch_thread()
-        for mod in cfg.plugins:
-            importlib.import_module(mod)
         self.cfg = cfg
         self.block_size = block_size
         self.elog = elog
-        self.policy = make_policy(cfg.policy, **cfg.policy_options())
-        if cfg.train_trace and self.policy.needs_training:
-            from agentrt.trace.reader import TraceReader
-            reader = TraceReader(cfg.train_trace)
-            self.policy.train(iter(reader), reader.header.block_size)
+        self.policy = hosted_policy(cfg, separate_workers)
         self.mirror = Mirror()
         self.policy, self.tenants = with_tenant_shares(self.policy, cfg.share_weights(), self.mirror, block_size)
         self.runtime = AgentRuntime(self.policy, anchor_tokens=cfg.anchor_tokens,
@@ -218,15 +197,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
             return 0
         bs = self.block_size
         start = local_tokens // bs
-        hashes = request.block_hashes
-        limit = (request.num_tokens - 1) // bs - start
-        keys = []
-        slot_of = self.host.slot_of
-        for i in range(start, min(len(hashes), start + max(0, limit))):
-            key = bytes(hashes[i]) + GROUP0
-            if key not in slot_of:
-                break
-            keys.append(key)
+        keys = self.host.continuation(request.block_hashes, start, (request.num_tokens - 1) // bs - start)
         if keys:
             self._plans[request.request_id] = (start, keys)
         else:
@@ -243,11 +214,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         start, keys = plan
         n = num_external_tokens // self.block_size
         ids = blocks.get_block_ids()[0][start:start + n]
-        for key, bid in zip(keys, ids):
-            slot, node = self.host.take(key)
-            self.host.load(slot, bid)
-            self.mirror.promote(node)
-        self.counts["host_hit_blocks"] += len(ids)
+        self.counts["host_hit_blocks"] += self.host.load_hit(keys, ids, self.mirror)
 
     def finished(self, request, block_ids: list[int]) -> None:
         self._waiting.discard(request.request_id)

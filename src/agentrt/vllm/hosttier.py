@@ -100,6 +100,27 @@ class HostTier:
         return node
 
     # ------------------------------------------------------------------ loads
+    def continuation(self, block_hashes, start: int, limit: int) -> list[bytes]:
+        """The keys of the host blocks that continue a GPU prefix hit of `start` blocks, at most
+        `limit` of them (a request never loads its last token's block: vLLM computes that one)."""
+        keys = []
+        slot_of = self.slot_of
+        for i in range(start, min(len(block_hashes), start + max(0, limit))):
+            key = bytes(block_hashes[i]) + GROUP0
+            if key not in slot_of:
+                break
+            keys.append(key)
+        return keys
+
+    def load_hit(self, keys: list[bytes], block_ids: list[int], mirror) -> int:
+        """vLLM allocated `block_ids` for a request's host hit (`keys`, from `continuation`): each
+        block is copied in this step and its mirror node is back on the GPU. Returns the count."""
+        for key, bid in zip(keys, block_ids):
+            slot, node = self.take(key)
+            self.load(slot, bid)
+            mirror.promote(node)
+        return min(len(keys), len(block_ids))
+
     def take(self, key: bytes) -> tuple[int, object]:
         """The block leaves the host (it is being loaded to the GPU): (slot, node)."""
         slot = self.slot_of.pop(key)
