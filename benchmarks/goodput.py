@@ -6,10 +6,14 @@
 For each preset, one generated workload (`swebench` by default: 10-30k-token repository contexts,
 tool waits from the tools table) arrives open loop as a Poisson process at a geometric grid of
 workflow rates. Each rate is one `agentrt bench` run of every policy on the same trace, at the
-preset's full KV memory. Goodput of a policy = the highest rate of the grid at which its p90 TTFT
-stays within the SLO (stated in the output; default 2 s: an interactive agent step). Also
-reported, at the highest rate where LRU still meets the SLO (the loaded operating point), each
-policy's TTFT mean/p90 and E2E mean/p99 against LRU's.
+preset's full KV memory. Goodput of a policy = the highest rate at which its p90 TTFT stays within
+the SLO (stated in the output; default 2 s: an interactive agent step): first the highest rate of
+the grid that does, then `--refine` bisection steps (geometric midpoints, one run of that policy
+alone per step) between it and the next rate of the grid, which does not; the bracket left is in
+the JSON. Near the knee p90 TTFT is not always monotone in the rate (a few workflows arriving
+together decide it), so the rate found is one crossing of the SLO in the bracket, not the only
+one. Also reported, at the highest grid rate where LRU still meets the SLO (the loaded operating
+point), each policy's TTFT mean/p90 and E2E mean/p99 against LRU's.
 
 Writes docs/results/goodput.json and, between the `goodput` markers of docs/results.md, the tables.
 """
@@ -32,14 +36,15 @@ POLICIES = ["lru", "cachesage", "pbkv-lae", "pbkv-he", "pbkv-ta", "oracle"]
 PRESETS = ["qwen3-32b-h200", "llama3.1-8b-h100"]
 
 
-def run(preset: str, workload: str, rate: float, workflows: int, tmp: Path) -> dict:
+def run(preset: str, workload: str, rate: float, workflows: int, tmp: Path,
+        policies: list[str] = POLICIES) -> dict:
     trace = tmp / f"{workload}-r{rate:.4f}.jsonl"
     gen = ["agentrt", "generate", workload, "--workflows", str(workflows), "--seed", "0",
            "--rate", f"{rate:.4f}", "-o", str(trace)]
     if not trace.exists():
         subprocess.run([sys.executable, "-m", "agentrt.cli", *gen[1:]], check=True, stdout=subprocess.DEVNULL)
-    out = tmp / f"{preset}-{trace.stem}.json"
-    cmd = ["agentrt", "bench", "--trace", str(trace), "--preset", preset, "--policies", ",".join(POLICIES),
+    out = tmp / f"{preset}-{trace.stem}-{len(policies)}.json"
+    cmd = ["agentrt", "bench", "--trace", str(trace), "--preset", preset, "--policies", ",".join(policies),
            "--quiet", "--json", str(out)]
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "agentrt.cli", *cmd[1:]], check=True, stdout=subprocess.DEVNULL)
@@ -53,11 +58,35 @@ def run(preset: str, workload: str, rate: float, workflows: int, tmp: Path) -> d
 
 
 def goodput(points: list[dict], policy: str, slo: float) -> float:
+    """The highest rate of the grid within the SLO (0: none)."""
     ok = [p["rate"] for p in points if p["results"][policy]["ttft_p90_s"] <= slo]
     return max(ok) if ok else 0.0
 
 
-def report(preset: str, points: list[dict], slo: float) -> str:
+def refine(preset: str, workload: str, workflows: int, tmp: Path, points: list[dict], policy: str,
+           slo: float, steps: int) -> dict:
+    """Bisect between the policy's highest grid rate within the SLO and the next grid rate.
+    Returns {"goodput", "bracket": [lo, hi], "steps": [(rate, p90), ...]}; hi is None where the
+    grid's last rate was still within the SLO (nothing to bisect), lo 0 where its first was not."""
+    lo = goodput(points, policy, slo)
+    above = sorted(p["rate"] for p in points if p["rate"] > lo)
+    hi = above[0] if above else None
+    tried = []
+    if lo > 0 and hi is not None:
+        for _ in range(steps):
+            mid = round((lo * hi) ** 0.5, 5)
+            if mid in (round(lo, 5), round(hi, 5)):
+                break
+            p90 = run(preset, workload, mid, workflows, tmp, [policy])["results"][policy]["ttft_p90_s"]
+            tried.append((mid, p90))
+            if p90 <= slo:
+                lo = mid
+            else:
+                hi = mid
+    return {"goodput": lo, "bracket": [lo, hi], "steps": tried}
+
+
+def report(preset: str, points: list[dict], slo: float, refined: dict | None = None) -> str:
     lines = [f"#### {preset}\n",
              "| workflows/s | " + " | ".join(f"{p} hit % / p90 TTFT s" for p in POLICIES) + " |",
              "| ---: | " + " | ".join("---:" for _ in POLICIES) + " |"]
@@ -67,9 +96,18 @@ def report(preset: str, points: list[dict], slo: float) -> str:
             f"{100 * r[p]['hit_rate']:.1f} / {r[p]['ttft_p90_s']:.2f}" for p in POLICIES) + " |")
     g = {p: goodput(points, p, slo) for p in POLICIES}
     lines.append("")
-    lines.append(f"Goodput (highest rate of the grid with p90 TTFT <= {slo:g} s), workflows/s: "
+    lines.append(f"Goodput on the grid (highest rate of the grid with p90 TTFT <= {slo:g} s), workflows/s: "
                  + ", ".join(f"{p} {g[p]:.3f}" + (f" ({g[p] / g['lru']:.2f}x LRU)" if g['lru'] else "")
                              for p in POLICIES) + ".\n")
+    if refined:
+        steps = max(len(refined[p]["steps"]) for p in POLICIES)
+        f = {p: refined[p]["goodput"] for p in POLICIES}
+        lines.append(f"Goodput refined (up to {steps} bisection steps between the grid rate within the SLO and the "
+                     "next one; the rate found, then the bracket left), workflows/s: "
+                     + ", ".join(f"{p} {f[p]:.4f}" + (f" ({f[p] / f['lru']:.2f}x LRU)" if f['lru'] else "")
+                                 + (f" [{refined[p]['bracket'][0]:.4f}, {refined[p]['bracket'][1]:.4f})"
+                                    if refined[p]["bracket"][1] is not None else " (grid's last rate)")
+                                 for p in POLICIES) + ".\n")
     loaded = [pt for pt in points if pt["rate"] == g["lru"]]
     if loaded:
         r = loaded[0]["results"]
@@ -93,11 +131,15 @@ def main() -> None:
     ap.add_argument("--slo", type=float, default=2.0, help="p90 TTFT SLO in seconds")
     ap.add_argument("--rates", default="0.02,0.03,0.045,0.065,0.1,0.15,0.22,0.33",
                     help="workflow arrival rates to try (workflows/s)")
+    ap.add_argument("--refine", type=int, default=5,
+                    help="bisection steps per policy after the grid (0: the grid only)")
     ap.add_argument("--no-docs", action="store_true")
     a = ap.parse_args()
     rates = [float(x) for x in a.rates.split(",")]
     doc: dict = {"workload": a.workload, "workflows": a.workflows, "slo_p90_ttft_s": a.slo, "presets": {}}
     shown_rates = f" --rates {a.rates}" if a.rates != ap.get_default("rates") else ""
+    if a.refine != ap.get_default("refine"):
+        shown_rates += f" --refine {a.refine}"
     parts = [f"Built by `python benchmarks/goodput.py --workload {a.workload} --workflows {a.workflows} "
              f"--slo {a.slo:g}{shown_rates}`: {a.workload}, {a.workflows} workflows, seed 0, Poisson arrivals, each "
              f"preset's full KV memory; SLO p90 TTFT <= {a.slo:g} s.\n"]
@@ -113,8 +155,14 @@ def main() -> None:
                     + f" ({pt['seconds']:.0f} s)", flush=True)
                 if all(r[p]["ttft_p90_s"] > a.slo for p in POLICIES):
                     break         # every policy is past the SLO: higher rates only get worse
+            refined = {}
+            for p in POLICIES if a.refine > 0 else []:
+                refined[p] = refine(preset, a.workload, a.workflows, Path(d), points, p, a.slo, a.refine)
+                print(f"{preset} {p}: goodput {refined[p]['goodput']:.4f}/s, bracket {refined[p]['bracket']}, "
+                      f"steps {refined[p]['steps']}", flush=True)
             doc["presets"][preset] = points
-            parts.append(report(preset, points, a.slo))
+            doc.setdefault("refined", {})[preset] = refined
+            parts.append(report(preset, points, a.slo, refined or None))
     (DOCS / "results").mkdir(exist_ok=True)
     (DOCS / "results" / "goodput.json").write_text(json.dumps(doc, indent=1))
     if not a.no_docs:
