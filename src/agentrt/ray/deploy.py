@@ -4,7 +4,7 @@ agentrt (or, for comparison, by one of Ray's own request routers).
 Model
 - `VLLMReplica` is a plain Serve deployment; each replica runs one vLLM OpenAI server as a
   subprocess (`agentrt.vllm.launch.VLLMServer`: prefix caching on, per-response
-  `cached_tokens`) and forwards `AgentCall` bodies to it over HTTP on 127.0.0.1. vLLM publishes
+  `cached_tokens`; under `agentrt.vllm.supervise`, so it ends with the actor) and forwards `AgentCall` bodies to it over HTTP on 127.0.0.1. vLLM publishes
   its KV events on a ZMQ socket the replica binds (`ipc://` in a temporary directory by default,
   one node; `kv_transport="tcp"` binds `tcp://*:PORT` and reports the node's address, for
   multi-node clusters), and the replica reports that endpoint, its block size and its block count
