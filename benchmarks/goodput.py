@@ -2,6 +2,7 @@
 
     python benchmarks/goodput.py                 # both presets (about 10-20 min on 2 cores)
     python benchmarks/goodput.py --preset qwen3-32b-h200 --workflows 60
+    python benchmarks/goodput.py --docs-only docs/results/goodput.json   # re-render the docs section
 
 For each preset, one generated workload (`swebench` by default: 10-30k-token repository contexts,
 tool waits from the tools table) arrives open loop as a Poisson process at a geometric grid of
@@ -123,6 +124,24 @@ def report(preset: str, points: list[dict], slo: float, refined: dict | None = N
     return "\n".join(lines)
 
 
+def render(doc: dict) -> str:
+    """The docs section from a goodput JSON (what `main` writes; `--docs-only` re-renders one)."""
+    parts = [f"Built by `{doc['command']}`: {doc['workload']}, {doc['workflows']} workflows, seed 0, Poisson "
+             f"arrivals, each preset's full KV memory; SLO p90 TTFT <= {doc['slo_p90_ttft_s']:g} s.\n"]
+    for preset, points in doc["presets"].items():
+        refined = doc.get("refined", {}).get(preset) or None
+        parts.append(report(preset, points, doc["slo_p90_ttft_s"], refined))
+        if refined:
+            p, steps = next(((p, r["steps"]) for p, r in refined.items() if r["steps"]), (None, []))
+            if steps:
+                rate = steps[0][0]
+                parts.append(f"Each refinement step is one policy on its own trace, e.g. `agentrt generate "
+                             f"{doc['workload']} --workflows {doc['workflows']} --seed 0 --rate {rate:.4f} -o "
+                             f"{doc['workload']}-rate.jsonl` then `agentrt bench --trace {doc['workload']}-rate.jsonl "
+                             f"--preset {preset} --policies {p} --quiet`; docs/results/goodput.json lists every step.\n")
+    return "\n".join(parts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default=",".join(PRESETS))
@@ -134,15 +153,19 @@ def main() -> None:
     ap.add_argument("--refine", type=int, default=5,
                     help="bisection steps per policy after the grid (0: the grid only)")
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--docs-only", metavar="JSON", default=None,
+                    help="write the docs section from a goodput JSON, running nothing")
     a = ap.parse_args()
+    if a.docs_only:
+        write("goodput", render(json.loads(Path(a.docs_only).read_text())))
+        return
     rates = [float(x) for x in a.rates.split(",")]
-    doc: dict = {"workload": a.workload, "workflows": a.workflows, "slo_p90_ttft_s": a.slo, "presets": {}}
-    shown_rates = f" --rates {a.rates}" if a.rates != ap.get_default("rates") else ""
+    shown = f" --rates {a.rates}" if a.rates != ap.get_default("rates") else ""
     if a.refine != ap.get_default("refine"):
-        shown_rates += f" --refine {a.refine}"
-    parts = [f"Built by `python benchmarks/goodput.py --workload {a.workload} --workflows {a.workflows} "
-             f"--slo {a.slo:g}{shown_rates}`: {a.workload}, {a.workflows} workflows, seed 0, Poisson arrivals, each "
-             f"preset's full KV memory; SLO p90 TTFT <= {a.slo:g} s.\n"]
+        shown += f" --refine {a.refine}"
+    doc: dict = {"command": f"python benchmarks/goodput.py --workload {a.workload} --workflows {a.workflows} "
+                            f"--slo {a.slo:g}{shown}",
+                 "workload": a.workload, "workflows": a.workflows, "slo_p90_ttft_s": a.slo, "presets": {}}
     with tempfile.TemporaryDirectory(prefix="agentrt-goodput-") as d:
         for preset in a.preset.split(","):
             points = []
@@ -162,11 +185,10 @@ def main() -> None:
                       f"steps {refined[p]['steps']}", flush=True)
             doc["presets"][preset] = points
             doc.setdefault("refined", {})[preset] = refined
-            parts.append(report(preset, points, a.slo, refined or None))
     (DOCS / "results").mkdir(exist_ok=True)
     (DOCS / "results" / "goodput.json").write_text(json.dumps(doc, indent=1))
     if not a.no_docs:
-        write("goodput", "\n".join(parts))
+        write("goodput", render(doc))
 
 
 if __name__ == "__main__":

@@ -62,3 +62,19 @@ def test_the_report_states_both_goodputs(mod):
     text = mod.report("qwen3-32b-h200", pts, 2.0, refined)
     assert "Goodput on the grid" in text and "lru 0.040 (1.00x LRU)" in text
     assert "Goodput refined" in text and "lru 0.0500 (1.00x LRU) [0.0500, 0.0510)" in text
+
+
+def test_the_docs_section_names_its_command_and_a_refinement_step(mod):
+    knee = {p: 0.05 for p in mod.POLICIES}
+    pts = [point(mod, r, knee) for r in (0.02, 0.04, 0.08)]
+    for pt in pts:
+        for r in pt["results"].values():
+            r.update(hit_rate=0.5, ttft_mean_s=0.5, e2e_mean_s=10.0, e2e_p99_s=20.0)
+        pt.update(generate="agentrt generate ...", command="agentrt bench ...")
+    refined = {p: {"goodput": 0.04, "bracket": [0.04, 0.08], "steps": []} for p in mod.POLICIES}
+    refined["lru"] = {"goodput": 0.0566, "bracket": [0.0566, 0.08], "steps": [(0.0566, 1.0)]}
+    doc = {"command": "python benchmarks/goodput.py --workflows 10", "workload": "swebench", "workflows": 10,
+           "slo_p90_ttft_s": 2.0, "presets": {"qwen3-32b-h200": pts}, "refined": {"qwen3-32b-h200": refined}}
+    text = mod.render(doc)
+    assert text.startswith("Built by `python benchmarks/goodput.py --workflows 10`")
+    assert "--rate 0.0566" in text and "--preset qwen3-32b-h200 --policies lru --quiet" in text
