@@ -212,6 +212,22 @@ def test_agent_infers_an_agent_without_identity():
     assert 0 <= r.route(q, [FakeView(), FakeView()], 0.0) < 2
 
 
+def test_agent_routes_a_one_call_workflow_as_prefix_does():
+    """A call that is its workflow's first and last (a Mooncake line, a request naming no
+    workflow) has no context coming back: the longest cached prefix wins over a shorter queue
+    unless the load is imbalanced, as under `prefix`; with `one_call_prefix=False` the cost model
+    moves it to the idle replica."""
+    def views():
+        return [FakeView(), FakeView(ids={1, 2, 3, 4}, running=3, queued_tokens=200_000), FakeView()]
+    one = RouteRequest(tenant="t", workflow="~1", agent=None, hash_ids=[1, 2, 3, 4, 5, 6],
+                       prompt_tokens=96, call_index=0, last=True)
+    assert bound("agent").route(one, views(), 0.0) == bound("prefix").route(one, views(), 0.0) == 1
+    assert bound("agent", one_call_prefix=False).route(one, views(), 0.0) != 1
+    first = RouteRequest(tenant="t", workflow="w", agent="a", hash_ids=[1, 2, 3, 4, 5, 6],
+                         prompt_tokens=96, call_index=0, last=False)     # more calls follow
+    assert bound("agent").route(first, views(), 0.0) != 1
+
+
 def test_rendezvous_order_is_stable_and_a_permutation():
     a = rendezvous_order("t", "coder", 8)
     assert sorted(a) == list(range(8)) and a == rendezvous_order("t", "coder", 8)
