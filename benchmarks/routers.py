@@ -5,6 +5,7 @@
     python benchmarks/routers.py --part micro
     python benchmarks/routers.py --part bounds   # eviction on each router's placement (4, 8 replicas)
     python benchmarks/routers.py --part pooled   # add the pooled-memory reference to that JSON
+    python benchmarks/routers.py --results-table docs/results/routers.json   # its tables as markdown
 
 Every replica is the simulator's engine model with the same settings: Llama-3.1-8B on H100
 (`llama3.1-8b-h100`), a quarter of its KV memory (6,430 blocks of 16 tokens: the project's
@@ -296,7 +297,11 @@ def main() -> None:
     ap.add_argument("--docs", action="store_true", help="--part bounds: write the table into docs/routers.md")
     ap.add_argument("--docs-only", default=None, metavar="JSON",
                     help="rebuild docs/routers.md's bounds table from this JSON and exit")
+    ap.add_argument("--results-table", default=None, metavar="JSON",
+                    help="print the results tables (sim and micro parts) of this JSON as markdown and exit")
     a = ap.parse_args()
+    if a.results_table:
+        return print(results_markdown(json.loads(Path(a.results_table).read_text())))
     if a.docs_only:
         return write_docs(json.loads(Path(a.docs_only).read_text()), REPO / "docs" / "routers.md")
     if a.part == "bounds":
@@ -338,6 +343,28 @@ def main() -> None:
 
 
 BOUNDS_START, BOUNDS_END = "<!-- router-bounds:start -->", "<!-- router-bounds:end -->"
+
+
+def results_markdown(doc: dict) -> str:
+    """The sim and micro parts as the two markdown tables docs/routers.md and docs/results.md show."""
+    names = ["round-robin", "least-loaded", "prefix", "session", "agent"]
+    lines = ["| workload | N | ceiling | " + " | ".join(names) + " | agent/prefix | TTFT p99 prefix / agent (s) | "
+             "imbalance prefix / agent |", "|" + "---|" * (len(names) + 6)]
+    for run in doc["runs"]:
+        r = run["results"]
+        cells = [run["workload"], str(run["replicas"]), f"{100 * run['ceiling_hit_rate']:.1f}"]
+        cells += [f"{100 * r[n]['hit_rate']:.1f}" for n in names]
+        pa = r["prefix"], r["agent"]
+        cells += [f"{pa[1]['hit_rate'] / pa[0]['hit_rate']:.2f}",
+                  f"{pa[0]['ttft_p99_s']:.2f} / {pa[1]['ttft_p99_s']:.2f}",
+                  f"{pa[0]['imbalance']:.2f} / {pa[1]['imbalance']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    if "micro" in doc:
+        lines += ["", "| router | route() us, random loads | route() us, equal loads | state entries |",
+                  "|---|---|---|---|"]
+        for n, m in doc["micro"].items():
+            lines.append(f"| {n} | {m['route_us_random_loads']:.1f} | {m['route_us_equal_loads']:.1f} | {m['state']} |")
+    return "\n".join(lines)
 
 
 def bounds_markdown(doc: dict) -> str:
