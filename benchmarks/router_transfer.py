@@ -153,6 +153,8 @@ def markdown(doc: dict) -> str:
              f"{doc['seconds_oracle']:.0f} s") if oracle and "seconds_oracle" in doc else ""
     if "seconds_16" in doc:      # rows added by a separate run (merged into the same JSON)
         extra += f"; the 16-replica rows by `{doc['settings']['command']} --replicas 16`, {doc['seconds_16']:.0f} s"
+    if "mooncake_rerun" in doc:  # rows re-run after a change that touched only them, spliced in
+        extra += f"; {doc['mooncake_rerun']}"
     lines = [f"Built by `{doc['settings']['command']}` (docs/results/router_transfer.json, "
              f"{doc['seconds']:.0f} s{extra}). Prefill saved % (GPU + peer hits; peer share in brackets); "
              f"+T: peer transfer at {doc['settings']['gbps']:g} GB/s; pooled: one engine with N x a "
