@@ -12,6 +12,17 @@ def point(mod, rate: float, knee: dict) -> dict:
     return {"rate": rate, "results": {p: {"ttft_p90_s": 1.0 if rate <= knee[p] else 3.0} for p in mod.POLICIES}}
 
 
+def full_grid(mod) -> list[dict]:
+    """A grid of three rates, the SLO crossed between 0.04 and 0.08, with every figure the report reads."""
+    knee = {p: 0.05 for p in mod.POLICIES}
+    pts = [point(mod, r, knee) for r in (0.02, 0.04, 0.08)]
+    for pt in pts:
+        for r in pt["results"].values():
+            r.update(hit_rate=0.5, ttft_mean_s=0.5, e2e_mean_s=10.0, e2e_p99_s=20.0)
+        pt.update(generate="agentrt generate ...", command="agentrt bench ...")
+    return pts
+
+
 @pytest.fixture
 def mod(monkeypatch):
     return load_script(monkeypatch, "goodput")
@@ -52,12 +63,7 @@ def test_nothing_to_refine_at_the_ends_of_the_grid(mod, monkeypatch):
 
 
 def test_the_report_states_both_goodputs(mod):
-    knee = {p: 0.05 for p in mod.POLICIES}
-    pts = [point(mod, r, knee) for r in (0.02, 0.04, 0.08)]
-    for pt in pts:
-        for r in pt["results"].values():
-            r.update(hit_rate=0.5, ttft_mean_s=0.5, e2e_mean_s=10.0, e2e_p99_s=20.0)
-        pt.update(generate="agentrt generate ...", command="agentrt bench ...")
+    pts = full_grid(mod)
     refined = {p: {"goodput": 0.05, "bracket": [0.05, 0.051], "steps": [(0.05, 1.0)]} for p in mod.POLICIES}
     text = mod.report("qwen3-32b-h200", pts, 2.0, refined)
     assert "Goodput on the grid" in text and "lru 0.040 (1.00x LRU)" in text
@@ -65,12 +71,7 @@ def test_the_report_states_both_goodputs(mod):
 
 
 def test_the_docs_section_names_its_command_and_a_refinement_step(mod):
-    knee = {p: 0.05 for p in mod.POLICIES}
-    pts = [point(mod, r, knee) for r in (0.02, 0.04, 0.08)]
-    for pt in pts:
-        for r in pt["results"].values():
-            r.update(hit_rate=0.5, ttft_mean_s=0.5, e2e_mean_s=10.0, e2e_p99_s=20.0)
-        pt.update(generate="agentrt generate ...", command="agentrt bench ...")
+    pts = full_grid(mod)
     refined = {p: {"goodput": 0.04, "bracket": [0.04, 0.08], "steps": []} for p in mod.POLICIES}
     refined["lru"] = {"goodput": 0.0566, "bracket": [0.0566, 0.08], "steps": [(0.0566, 1.0)]}
     doc = {"command": "python benchmarks/goodput.py --workflows 10", "workload": "swebench", "workflows": 10,
