@@ -60,12 +60,39 @@ def test_one_replica_is_the_plain_bench(tmp_path):
     (["--replicas", "2", "--router", "nope"], "unknown router 'nope'"),
     (["--replicas", "2", "--policies", "lru,belady"], "run on one replica only"),
     (["--replicas", "2", "--engine", "vllm"], "for the simulator"),
+    (["--replicas", "2", "--router-set", "nope=1"], "router 'agent' has no option 'nope'; it has: max_workflows"),
+    (["--replicas", "2", "--router-set", "spread"], "expected OPTION=VALUE"),
+    (["--router-set", "spread=true"], "--router-set needs --replicas 2 or more"),
+    (["--replicas", "2", "--router", "prefix", "--router-set", "imbalance_rel=0.5"],
+     "bad option for router 'prefix': imbalance_abs must be >= 0 and imbalance_rel >= 1"),
 ])
 def test_cluster_errors_are_one_line(args, says):
     p = agentrt("bench", *args)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2, p.stderr
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], p.stderr
+
+
+def test_router_options_reach_the_router_and_the_document(tmp_path, monkeypatch):
+    """--router-set configures the router each run builds, and the document records it."""
+    import agentrt.cluster.run as cluster_run
+    from agentrt.bench.cli_spec import bench_spec
+    built = []
+    real = cluster_run.make_router
+
+    def spy(name, **options):
+        built.append((name, options))
+        return real(name, **options)
+    monkeypatch.setattr(cluster_run, "make_router", spy)
+    spec = bench_spec(trace=None, workload="team", policies="lru", engine="sim", gpu_blocks=800, host_blocks=0,
+                      preset="llama3.1-8b-h100", seed=0, workflows=12, concurrency=4, tool_scale=1.0,
+                      time_scale=1.0, json_path=None, csv_path=None, plot=None, train=None,
+                      train_fraction=None, predictor=None, predictor_kind="graphsage", predictor_noise=0.0,
+                      set_=[], scheduler="fcfs", max_wait=None, max_hold=None, tenant_weights=None,
+                      replicas=2, router=None, router_set=["one_call_prefix=false", "copy_cost=3"])
+    doc = spec.run()
+    assert built == [("agent", {"seed": 0, "one_call_prefix": False, "copy_cost": 3})]
+    assert doc["config"]["router_options"] == {"one_call_prefix": False, "copy_cost": 3}
 
 
 def test_default_policies_keep_only_the_cluster_oracle_with_replicas_but_named_bounds_are_refused(tmp_path):

@@ -88,6 +88,7 @@ def bench(
     cache_at: Optional[str] = typer.Option(None, "--cache-at", help="simulator: when a computed prompt block becomes a hit for other calls: prefill (after the prefill that computes it, as SGLang; the default) or schedule (as soon as it is scheduled, as vLLM V1)"),
     replicas: int = typer.Option(1, "--replicas", help="simulate this many replicas (each with --gpu-blocks) behind --router"),
     router: Optional[str] = typer.Option(None, "--router", help="with --replicas N: how calls are spread (see `agentrt routers`; default agent)"),
+    router_set: list[str] = typer.Option([], "--router-set", help="with --replicas N: router option, e.g. --router-set one_call_prefix=false (repeatable; see docs/routers.md)"),
     transfer_gbps: Optional[float] = typer.Option(None, "--transfer-gbps", help="with --replicas N: replicas copy cached prefixes from each other's GPUs over a link of this many GB/s (default: they do not)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     engine: str = typer.Option("sim", "--engine", help="sim: the simulator; vllm: a live vLLM server per policy (needs the vllm extra)"),
@@ -115,7 +116,7 @@ def bench(
                       train=train, train_fraction=train_fraction, predictor=predictor,
                       predictor_kind=predictor_kind, predictor_noise=predictor_noise, set_=set_,
                       scheduler=scheduler, max_wait=max_wait, max_hold=max_hold,
-                      tenant_weights=tenant_weights, replicas=replicas, router=router,
+                      tenant_weights=tenant_weights, replicas=replicas, router=router, router_set=router_set,
                       shared_chunk_tokens=shared_chunk_tokens, tool_hints=tool_hints,
                       transfer_gbps=transfer_gbps, prefix_hold=prefix_hold, cache_at=cache_at)
     if engine == "vllm":

@@ -113,6 +113,24 @@ def parse_policy_options(items: list[str], policies: list[str]) -> dict:
     return out
 
 
+def parse_router_options(items: list[str], router: str) -> dict:
+    """`--router-set option=value` items -> the router's keyword options, checked by building it."""
+    from agentrt.cluster.registry import make_router, router_class
+    known = [n for n, prm in inspect.signature(router_class(router).__init__).parameters.items()
+             if n not in ("self", "seed") and prm.kind is prm.POSITIONAL_OR_KEYWORD]
+    out: dict = {}
+    for item in items:
+        key, eq, val = item.partition("=")
+        if not eq or not key:
+            raise AgentrtError(f"--router-set {item!r}: expected OPTION=VALUE (an option of --router {router})")
+        if key not in known:
+            raise AgentrtError(f"--router-set {item!r}: router '{router}' has no option {key!r}; it has: "
+                               + (", ".join(known) or "none"))
+        out[key] = parse_value(val)
+    make_router(router, **out)          # a bad value: the router's own message
+    return out
+
+
 def scheduler_options(name: str, max_wait: float | None, tenant_weights: str | None,
                       max_hold: float | None = None, shared_chunk_tokens: int | None = None,
                       prefix_hold: bool = True) -> dict:

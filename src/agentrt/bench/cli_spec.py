@@ -30,7 +30,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                max_hold: float | None, tenant_weights: str | None, replicas: int = 1,
                router: str | None = None, shared_chunk_tokens: int | None = None,
                tool_hints: float | None = None, transfer_gbps: float | None = None,
-               prefix_hold: bool = True, cache_at: str | None = None):
+               prefix_hold: bool = True, cache_at: str | None = None, router_set: list[str] | None = None):
     """The bench run the command line asks for, with the defaults filled in and every value
     checked (`BenchSpec.validate`); nothing generated or replayed yet."""
     from agentrt.bench.runner import BenchOptions
@@ -39,9 +39,9 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     from agentrt.policies.registry import check_names
     if engine not in ("sim", "vllm"):
         raise AgentrtError(f"--engine must be sim or vllm, got {engine!r}")
-    if engine == "vllm" and (replicas != 1 or router is not None or transfer_gbps is not None):
-        raise AgentrtError("--replicas, --router and --transfer-gbps are for the simulator; for real replicas "
-                           "see docs/ray.md")
+    if engine == "vllm" and (replicas != 1 or router is not None or transfer_gbps is not None or router_set):
+        raise AgentrtError("--replicas, --router, --router-set and --transfer-gbps are for the simulator; for real "
+                           "replicas see docs/ray.md")
     if engine == "vllm" and cache_at is not None:
         raise AgentrtError("--cache-at is for the simulator (vLLM itself caches blocks when they are scheduled)")
     if trace is not None and workload is not None:
@@ -96,6 +96,19 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                      workload=(workload or defaults.RUN_WORKLOAD) if trace is None else None,
                      workflows=workflows, tool_scale=tool_scale, options=opts, json_path=json_path,
                      csv_path=csv_path, plot_path=plot, replicas=replicas, router=router,
-                     transfer_gbps=transfer_gbps)
+                     transfer_gbps=transfer_gbps, router_options=router_options(router_set or [], replicas, router))
     spec.validate()
     return spec
+
+
+def router_options(items: list[str], replicas: int, router: str | None) -> dict:
+    """`--router-set` items for the run's router (the default one when --router is not given)."""
+    if not items:
+        return {}
+    if replicas < 2:
+        raise AgentrtError("--router-set needs --replicas 2 or more (it configures the router)")
+    from agentrt.cluster.registry import DEFAULT_ROUTER, check_router
+    from agentrt.options import parse_router_options
+    name = router or DEFAULT_ROUTER
+    check_router(name)
+    return parse_router_options(items, name)

@@ -39,6 +39,7 @@ class BenchSpec:
     replicas: int = 1                     # > 1: simulated replicas behind `router` (agentrt.cluster)
     router: str | None = None             # default with replicas > 1: agentrt.cluster's DEFAULT_ROUTER
     transfer_gbps: float | None = None    # replicas copy cached prefixes over a link this fast
+    router_options: dict = field(default_factory=dict)   # the router's keyword options (--router-set)
     cli: bool = True                      # errors name command-line flags (else Python keywords)
 
     def validate(self) -> None:
@@ -91,7 +92,7 @@ class BenchSpec:
                 from agentrt.cluster.registry import DEFAULT_ROUTER
                 doc = run_cluster_bench(source, self.policies, self.options, self.replicas,
                                         self.router or DEFAULT_ROUTER, progress=progress,
-                                        transfer_gbps=self.transfer_gbps)
+                                        transfer_gbps=self.transfer_gbps, router_options=self.router_options)
             else:
                 doc = run_bench(source, self.policies, self.options, progress=progress)
         finally:

@@ -60,7 +60,7 @@ def check_cluster_run(policies: list[str], replicas: int, router: str | None, cl
 
 def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptions, replicas: int,
                       router: str, progress: ProgressFactory | None = None,
-                      transfer_gbps: float | None = None) -> dict:
+                      transfer_gbps: float | None = None, router_options: dict | None = None) -> dict:
     from agentrt.bench.output import SCHEMA_VERSION
     from agentrt.cluster.run import run_cluster
     opts.validate(policies)
@@ -77,7 +77,7 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
                                  time_scale=opts.time_scale, seed=opts.seed, tool_hints=make_tool_hints(opts),
                                  policy_factory=lambda name=name: make_trained_policy(name, source, opts),
                                  scheduler_factory=lambda: make_bench_scheduler(opts), record_order=want_oracle,
-                                 transfer_gbps=transfer_gbps)
+                                 transfer_gbps=transfer_gbps, router_options=router_options)
         if cb is not None:
             cb(1)
     results = {name: cm.summary() for name, cm in runs.items() if name in policies}
@@ -100,7 +100,8 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
     config.update(block_size=source.header.block_size, gpu_blocks=cfg.gpu_blocks,
                   block_bytes=cfg.block_bytes, concurrency=conc, bounds_stream=None,
                   oracle_passes=oracle_passes, oracle_reference=oracle_ref, train=split,
-                  replicas=replicas, router=router, transfer_gbps=transfer_gbps)
+                  replicas=replicas, router=router, router_options=dict(router_options or {}),
+                  transfer_gbps=transfer_gbps)
     return {"schema_version": SCHEMA_VERSION, "trace": source.label, "calls": first.total.calls,
             "workflows": first.total.workflows, "config": config, "results": results,
             "lru_reference": None}

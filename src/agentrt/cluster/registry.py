@@ -22,6 +22,11 @@ def describe_router(name: str) -> str:
     return c.description if c is not None else ""
 
 
+def router_class(name: str) -> type[Router]:
+    check_router(name)
+    return _CLASSES[name]
+
+
 def check_router(name: str) -> None:
     if name not in _CLASSES:
         raise unknown_name("router", name, router_names())
