@@ -1,6 +1,6 @@
 """Goodput and end-to-end latency where prefill matters: open-loop arrivals on two presets.
 
-    python benchmarks/goodput.py                 # both presets (about 10-20 min on 2 cores)
+    python benchmarks/goodput.py                 # both presets (about 10 min on 2 cores, the refinement included)
     python benchmarks/goodput.py --preset qwen3-32b-h200 --workflows 60
     python benchmarks/goodput.py --docs-only docs/results/goodput.json   # re-render the docs section
 
