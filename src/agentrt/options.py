@@ -49,8 +49,12 @@ def _init_parameters(name: str) -> list[inspect.Parameter] | None:
     factory, or options passed on to no class)."""
     from agentrt.policies.registry import policy_class
     cls = policy_class(name)
-    if cls is None:
-        return None
+    return None if cls is None else class_parameters(cls)
+
+
+def class_parameters(cls: type) -> list[inspect.Parameter] | None:
+    """The keyword parameters `cls`'s constructors take, `seed` aside, in signature order
+    (following `**options` up the class hierarchy); None when options go on to no class."""
     params: list[inspect.Parameter] = []
     seen: set[str] = set()
     for klass in cls.__mro__:
@@ -116,18 +120,18 @@ def parse_policy_options(items: list[str], policies: list[str]) -> dict:
 def parse_router_options(items: list[str], router: str) -> dict:
     """`--router-set option=value` items -> the router's keyword options, checked by building it."""
     from agentrt.cluster.registry import make_router, router_class
-    known = [n for n, prm in inspect.signature(router_class(router).__init__).parameters.items()
-             if n not in ("self", "seed") and prm.kind is prm.POSITIONAL_OR_KEYWORD]
+    params = class_parameters(router_class(router))
+    known = None if params is None else [prm.name for prm in params]
     out: dict = {}
     for item in items:
         key, eq, val = item.partition("=")
         if not eq or not key:
             raise AgentrtError(f"--router-set {item!r}: expected OPTION=VALUE (an option of --router {router})")
-        if key not in known:
+        if known is not None and key not in known:
             raise AgentrtError(f"--router-set {item!r}: router '{router}' has no option {key!r}; it has: "
                                + (", ".join(known) or "none"))
         out[key] = parse_value(val)
-    make_router(router, **out)          # a bad value: the router's own message
+    make_router(router, **out)          # a bad value (or option): the router's own message
     return out
 
 
