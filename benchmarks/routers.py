@@ -347,7 +347,7 @@ BOUNDS_START, BOUNDS_END = "<!-- router-bounds:start -->", "<!-- router-bounds:e
 
 def results_markdown(doc: dict) -> str:
     """The sim and micro parts as the two markdown tables docs/routers.md and docs/results.md show."""
-    names = ["round-robin", "least-loaded", "prefix", "session", "agent"]
+    names = router_names()
     lines = ["| workload | N | ceiling | " + " | ".join(names) + " | agent/prefix | TTFT p99 prefix / agent (s) | "
              "imbalance prefix / agent |", "|" + "---|" * (len(names) + 6)]
     for run in doc["runs"]:
