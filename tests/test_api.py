@@ -88,7 +88,6 @@ def test_trace_file_and_sweep(tmp_path, res):
     (dict(trace_or_workload="coding", replicas=0), "replicas must be an integer >= 1"),
     (dict(trace_or_workload="coding", cache_at="never"), "cache_at must be one of prefill, schedule, got 'never'"),
     (dict(trace_or_workload="coding", replicas=2, router="nope"), "unknown router 'nope'"),
-    (dict(trace_or_workload="coding", replicas=2, policies=["lru", "belady"]), "run on one replica only"),
 ])
 def test_bad_arguments_fail_before_any_replay(kwargs, msg):
     with pytest.raises(AgentrtError, match=msg):

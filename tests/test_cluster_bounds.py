@@ -6,7 +6,9 @@ import pytest
 
 from agentrt.bench.runner import BenchOptions, run_oracle, run_policy
 from agentrt.bench.source import workload_source
-from agentrt.cluster.bounds import PinnedRouter, run_cluster_oracle
+from agentrt.bounds.held import held_belady_bound
+from agentrt.bounds.offline import belady_bound, infinite_bound
+from agentrt.cluster.bounds import PinnedRouter, pooled_bound, run_cluster_oracle
 from agentrt.cluster.routing import RouteRequest
 from agentrt.cluster.run import run_cluster
 from agentrt.engine.presets import get_preset
@@ -82,6 +84,44 @@ def test_bound_keeps_the_placement_and_beats_the_policies_on_it(gaia, router):
         assert cm.total.gpu_hit_tokens <= bound.total.gpu_hit_tokens, name
     lru_pinned = run_cluster(calls, 3, PinnedRouter(got.reference.placement), cfg, policy="lru", concurrency=12)
     assert lru_pinned.total.gpu_hit_tokens == ref.total.gpu_hit_tokens   # pinning changes nothing
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_pooled_bound_is_above_every_router_and_policy_on_its_own_stream(gaia, n):
+    """MIN over a run's block stream with the replicas' memory pooled bounds that run's hits,
+    whatever the router and the eviction policy (the union of the caches is a cache of the pool),
+    and so does MIN keeping what the run's calls held."""
+    cfg = config(gaia.header.block_size, 500)
+    calls = list(gaia.eval_calls())
+    for router in ("round-robin", "prefix", "session", "agent"):
+        for policy in ("lru", "pbkv-lae"):
+            run = run_cluster(calls, n, router, cfg, policy=policy, concurrency=12, record_stream=True)
+            assert run.total.evictions > 0
+            b = pooled_bound(run, cfg)
+            held = pooled_bound(run, cfg, held=True)
+            assert b.prompt_tokens == held.prompt_tokens == run.total.prompt_tokens
+            assert run.total.gpu_hit_tokens <= held.hit_tokens <= b.hit_tokens, (router, policy)
+            assert b.hit_tokens <= infinite_bound(run.stream, cfg.block_size).hit_tokens
+            # one replica's memory for the whole stream bounds less than the pool
+            assert belady_bound(run.stream, cfg.block_size, cfg.gpu_blocks).hit_tokens <= b.hit_tokens
+
+
+def test_pooled_bound_on_one_replica_is_the_bench_belady(gaia):
+    opts = BenchOptions(preset=PRESET, gpu_blocks=600, concurrency=12)
+    single = run_policy(gaia, "lru", opts, record_stream=True)
+    cfg = config(gaia.header.block_size, 600)
+    run = run_cluster(list(gaia.eval_calls()), 1, "round-robin", cfg, concurrency=12, record_stream=True)
+    assert run.stream == single.stream
+    assert pooled_bound(run, cfg).hit_tokens == belady_bound(single.stream, cfg.block_size, 600).hit_tokens
+    assert pooled_bound(run, cfg, held=True).hit_tokens == \
+        held_belady_bound(single.stream, single.holds, cfg.block_size, 600).hit_tokens
+
+
+def test_pooled_bound_needs_the_stream(gaia):
+    cfg = config(gaia.header.block_size, 600)
+    run = run_cluster(list(gaia.eval_calls())[:20], 2, "prefix", cfg, concurrency=12)
+    with pytest.raises(ValueError, match="record_stream=True"):
+        pooled_bound(run, cfg)
 
 
 def test_passes_must_be_positive(gaia):

@@ -58,7 +58,6 @@ def test_one_replica_is_the_plain_bench(tmp_path):
 @pytest.mark.parametrize("args, says", [
     (["--replicas", "0"], "--replicas must be an integer >= 1"),
     (["--replicas", "2", "--router", "nope"], "unknown router 'nope'"),
-    (["--replicas", "2", "--policies", "lru,belady"], "run on one replica only"),
     (["--replicas", "2", "--engine", "vllm"], "for the simulator"),
     (["--replicas", "2", "--router-set", "nope=1"], "router 'agent' has no option 'nope'; it has: max_workflows"),
     (["--replicas", "2", "--router-set", "spread"], "expected OPTION=VALUE"),
@@ -95,19 +94,41 @@ def test_router_options_reach_the_router_and_the_document(tmp_path, monkeypatch)
     assert doc["config"]["router_options"] == {"one_call_prefix": False, "copy_cost": 3}
 
 
-def test_default_policies_keep_only_the_cluster_oracle_with_replicas_but_named_bounds_are_refused(tmp_path):
+def test_default_policies_on_replicas_keep_the_cluster_oracle_and_the_pooled_bounds(tmp_path):
     out = tmp_path / "d.json"
     p = agentrt("bench", "--replicas", "2", "--workflows", "12", "--concurrency", "4", "--quiet",
                 "--json", str(out))
     assert p.returncode == 0, p.stderr
+    from agentrt.defaults import RUN_POLICIES
     from agentrt.policies.registry import BOUNDS
     doc = json.loads(out.read_text())
     names = list(doc["results"])
-    assert names and set(names) & set(BOUNDS) == {"oracle"}
+    assert names == [n for n in RUN_POLICIES]
     assert doc["results"]["oracle"]["bound"] is True and doc["config"]["oracle_passes"] >= 1
-    best = max((r["hit_rate"], -i, k) for i, (k, r) in enumerate(doc["results"].items()) if k != "oracle")
+    online = {k: r for k, r in doc["results"].items() if k not in BOUNDS}
+    best = max((r["hit_rate"], -i, k) for i, (k, r) in enumerate(online.items()))
     assert doc["config"]["oracle_reference"] == best[2]
     assert doc["results"]["oracle"]["hit_rate"] >= best[0]
-    from agentrt.defaults import RUN_POLICIES
-    p = agentrt("bench", "--replicas", "2", "--policies", ",".join(RUN_POLICIES))
-    assert p.returncode == 2 and "run on one replica only" in p.stderr
+    # belady pools the replicas' memory over the LRU run's stream: above every run, below infinite
+    assert doc["config"]["bounds_stream"] == "lru"
+    res = doc["results"]
+    assert res["belady"]["offline"] and res["belady"]["ttft_p99_s"] is None
+    assert res["lru"]["hit_rate"] <= res["belady"]["hit_rate"] <= res["infinite"]["hit_rate"]
+    held = agentrt("bench", "--replicas", "2", "--workflows", "12", "--concurrency", "4", "--quiet",
+                   "--policies", "lru,belady-held,belady", "--json", str(tmp_path / "h.json"))
+    assert held.returncode == 0, held.stderr
+    got = json.loads((tmp_path / "h.json").read_text())["results"]
+    assert got["lru"]["hit_rate"] <= got["belady-held"]["hit_rate"] <= got["belady"]["hit_rate"]
+    shown = agentrt("bench", "--replicas", "2", "--workflows", "12", "--concurrency", "4",
+                    "--policies", "lru,belady", "--json", str(tmp_path / "t.json")).stdout
+    assert "offline bounds pool the replicas' memory" in " ".join(shown.split())
+
+
+def test_pooled_bounds_alone_run_lru_hidden(tmp_path):
+    out = tmp_path / "b.json"
+    p = agentrt("bench", "--replicas", "2", "--workflows", "12", "--concurrency", "4", "--quiet",
+                "--policies", "belady,infinite", "--transfer-gbps", "25", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    assert list(doc["results"]) == ["belady", "infinite"]
+    assert doc["lru_reference"]["hit_rate"] <= doc["results"]["belady"]["hit_rate"]

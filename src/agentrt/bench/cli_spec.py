@@ -60,10 +60,9 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
             plot = Path(defaults.RUN_PLOT)
     names = split_names(policies)
     if replicas > 1 and default_policies:
-        from agentrt.policies.registry import BOUNDS, SIM_BOUNDS
-        # belady and infinite are one-replica constructs; the oracle has a cluster form, without
-        # peer transfer
-        names = [n for n in names if n not in BOUNDS or (n in SIM_BOUNDS and transfer_gbps is None)]
+        from agentrt.policies.registry import SIM_BOUNDS
+        # the cluster oracle is not a bound with peer transfer; belady (pooled) and infinite are
+        names = [n for n in names if n not in SIM_BOUNDS or transfer_gbps is None]
     if not names:
         raise AgentrtError("--policies is empty")
     check_names(names)

@@ -18,6 +18,7 @@ from agentrt.errors import AgentrtError
 
 GPU_COLOR, HOST_COLOR, LAT_COLOR = "#3b6ea8", "#8fb8de", "#c8553d"
 BOUND_STYLES = {"lru": ("#333333", "-"), "oracle": ("#2a9d8f", "--"), "belady": ("#7b2cbf", "-."),
+                "belady-held": ("#c77dff", "-."),
                 "infinite": ("#999999", ":")}
 LATENCIES = [("ttft_mean_s", "TTFT mean"), ("ttft_p90_s", "TTFT p90"), ("ttft_p99_s", "TTFT p99"),
              ("tpot_mean_s", "TPOT mean"), ("e2e_mean_s", "E2E workflow mean")]
@@ -44,7 +45,7 @@ def _hit_panel(ax, doc: dict) -> None:
     top = ax.bar(bars, host, width=0.6, bottom=gpu, color=HOST_COLOR, label="host-tier hit")
     ax.bar_label(top, labels=[f"{g + h:.1f}%" + (f"\n({h:.1f}% host)" if h >= 0.05 else "")
                               for g, h in zip(gpu, host)], fontsize=8, padding=2)
-    lines = [("lru", _lru_rate(doc))] + [(b, res[b]["hit_rate"]) for b in ("oracle", "belady", "infinite")
+    lines = [("lru", _lru_rate(doc))] + [(b, res[b]["hit_rate"]) for b in ("oracle", "belady-held", "belady", "infinite")
                                          if b in res and b not in bars]
     for name, rate in lines:
         if rate is None:

@@ -34,7 +34,7 @@ def _fmt(v, kind: str) -> str:
 
 def gap_target(res: dict) -> tuple[str | None, float | None]:
     """The bound "gap closed" is measured against: the in-simulator oracle, else (labelled) belady."""
-    for name in ("oracle", "belady"):
+    for name in ("oracle", "belady-held", "belady"):
         if name in res:
             return name, res[name]["hit_rate"]
     return None, None
@@ -145,11 +145,17 @@ def print_result(doc: dict, console: Console | None = None) -> None:
     console = console or Console()
     print_wide(console, result_table(doc))
     res = doc["results"]
-    if "belady" in res or "oracle" in res:
+    if "belady" in res or "belady-held" in res or "oracle" in res:
         parts = []
         if "belady" in res:
             parts.append("belady is offline: it ignores the GPU memory running requests hold, so no "
                          "engine can reach it")
+        if "belady-held" in res:
+            parts.append("belady-held is offline too, but keeps the blocks the LRU replay's running "
+                         "calls held, so it is the tighter bound")
+        if ("belady" in res or "belady-held" in res) and (doc["config"].get("replicas") or 1) > 1:
+            parts.append("on several replicas the offline bounds pool the replicas' memory over the "
+                         "LRU run's block stream, so they bound routing and eviction together")
         if "oracle" in res:
             parts.append("oracle is clairvoyant under the simulator's own accounting")
         if doc["config"].get("host_blocks"):

@@ -16,6 +16,7 @@ from pathlib import Path, PurePath
 from agentrt import defaults
 from agentrt.bench.output import SCHEMA_VERSION
 from agentrt.bench.source import TraceSource
+from agentrt.bounds.held import held_belady_bound
 from agentrt.bounds.offline import belady_bound, infinite_bound
 from agentrt.engine.presets import get_preset
 from agentrt.engine.simulator import CACHE_AT, EngineConfig, Simulator
@@ -237,7 +238,7 @@ def run_oracle(source: TraceSource, opts: BenchOptions, order: list[tuple[str, i
     return best_of_passes(order, passes, replay)
 
 
-def _offline_row(b) -> dict:
+def offline_row(b) -> dict:
     """An offline bound's result: hit rates and prefill tokens; no engine, so no timings."""
     untimed = ("ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s", "tpot_p50_s",
                "tpot_p90_s", "tpot_p99_s", "e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s",
@@ -262,7 +263,7 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
         hidden_lru = False
     results: dict[str, dict] = {}
     eval_calls = source.eval_calls_count if progress else 0
-    stream = order = None
+    stream = order = holds = None
     sims = {}
     for name in real:
         cb = progress(name, eval_calls) if progress else None
@@ -270,7 +271,7 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
                          progress=cb)
         sims[name] = sim
         if name == "lru":
-            stream, order = sim.stream, sim.admitted
+            stream, order, holds = sim.stream, sim.admitted, sim.holds
         if not (hidden_lru and name == "lru"):
             results[name] = sim.metrics.summary()
     lru_metrics = sims["lru"].metrics if "lru" in sims else None
@@ -281,9 +282,11 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
             sim, oracle_passes = run_oracle(source, opts, order, progress=cb)
             results[name] = dict(sim.metrics.summary(), bound=True)
         elif name == "belady":
-            results[name] = _offline_row(belady_bound(stream, bs, cfg.gpu_blocks))
+            results[name] = offline_row(belady_bound(stream, bs, cfg.gpu_blocks))
+        elif name == "belady-held":
+            results[name] = offline_row(held_belady_bound(stream, holds, bs, cfg.gpu_blocks))
         else:
-            results[name] = _offline_row(infinite_bound(stream, bs))
+            results[name] = offline_row(infinite_bound(stream, bs))
     ordered = {p: results[p] for p in policies}
     first = next(iter(sims.values())).metrics
     config = asdict(opts)

@@ -6,10 +6,15 @@ as a one-replica run would) and of the scheduler. The trace is replayed once per
 the same replay settings as `run_bench` (concurrency, time scale). `oracle` is the cluster
 oracle (`cluster.bounds`): clairvoyant eviction on every replica, on the placement the router
 made in the run with the most hits (`config.oracle_reference`; an LRU run when `oracle` is the
-only policy): a bound on eviction for that placement, not on routing. `belady` and
-`infinite` ignore memory and timing; they are one-replica constructs and are refused here.
-`--transfer-gbps G`: replicas copy cached prefixes from each other's GPUs over a link of G GB/s
-(`cluster.transfer`); the oracle is not a bound with it and is refused.
+only policy): a bound on eviction for that placement, not on routing. `belady` is the pooled
+bound (`cluster.bounds.pooled_bound`): MIN over the block stream the LRU run recorded on all
+replicas, with N x a replica's GPU blocks as one pool: a bound on routing and eviction together
+(and on free peer copies) for that stream, which ignores the memory running requests hold;
+`belady-held` is the same keeping the blocks the LRU run's running calls held (`bounds.held`).
+`infinite` is MIN without a memory limit (the routers' ceiling). LRU runs for them when not
+asked (`config.bounds_stream`). `--transfer-gbps G`: replicas copy cached prefixes from each
+other's GPUs over a link of G GB/s (`cluster.transfer`); the oracle is not a bound with it and
+is refused (`belady` and `infinite` still are).
 
 The `--json` document has the shape of a one-replica bench document (`docs/output.md`), with
 `config.replicas`, `config.router` and `config.transfer_gbps`, and in each policy's result the cluster's own figures:
@@ -21,9 +26,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from agentrt.bench.runner import (BenchOptions, ProgressFactory, engine_config, replay_concurrency,
-                                  make_bench_scheduler, make_tool_hints, make_trained_policy,
-                                  plan_split)
+from agentrt.bench.runner import (BenchOptions, ProgressFactory, engine_config, offline_row,
+                                  replay_concurrency, make_bench_scheduler, make_tool_hints,
+                                  make_trained_policy, plan_split)
 from agentrt.bench.source import TraceSource
 from agentrt.errors import AgentrtError
 from agentrt.policies.registry import BOUNDS, SIM_BOUNDS
@@ -51,11 +56,6 @@ def check_cluster_run(policies: list[str], replicas: int, router: str | None, cl
         if replicas < 2:
             rflag = "--router" if cli else "router"
             raise AgentrtError(f"{rflag} needs {flag} 2 or more (it spreads calls over replicas)")
-    if replicas > 1:
-        bounds = [p for p in policies if p in BOUNDS and p not in SIM_BOUNDS]
-        if bounds:
-            raise AgentrtError(f"the bounds ({', '.join(bounds)}) run on one replica only; drop them "
-                               f"from the policies or use {flag} 1 ('oracle' runs on several)")
 
 
 def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptions, replicas: int,
@@ -69,7 +69,10 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
     cfg = engine_config(opts, source.header.block_size)
     conc = replay_concurrency(opts.concurrency, source)
     want_oracle = any(p in SIM_BOUNDS for p in policies)
-    online = [p for p in policies if p not in SIM_BOUNDS] or ["lru"]   # lru hidden if only the oracle
+    offline = [p for p in policies if p in BOUNDS and p not in SIM_BOUNDS]
+    online = [p for p in policies if p not in BOUNDS]
+    if "lru" not in online and (offline or not online):
+        online = ["lru"] + online          # run for the bounds, hidden from the results
     runs = {}
     for name in online:
         cb = progress(name, 1) if progress else None
@@ -77,7 +80,8 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
                                  time_scale=opts.time_scale, seed=opts.seed, tool_hints=make_tool_hints(opts),
                                  policy_factory=lambda name=name: make_trained_policy(name, source, opts),
                                  scheduler_factory=lambda: make_bench_scheduler(opts), record_order=want_oracle,
-                                 transfer_gbps=transfer_gbps, router_options=router_options)
+                                 transfer_gbps=transfer_gbps, router_options=router_options,
+                                 record_stream=bool(offline) and name == "lru")
         if cb is not None:
             cb(1)
     results = {name: cm.summary() for name, cm in runs.items() if name in policies}
@@ -86,7 +90,8 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
         from agentrt.cluster.bounds import oracle_on_placement
         # on the placement of the run with the most hits: the oracle then bounds the best policy's
         # eviction (other runs placed calls differently, see cluster.bounds)
-        oracle_ref = max(runs, key=lambda k: (runs[k].total.gpu_hit_tokens, -online.index(k)))
+        shown = [k for k in online if k in policies] or ["lru"]
+        oracle_ref = max(shown, key=lambda k: (runs[k].total.gpu_hit_tokens, -shown.index(k)))
         cb = progress("oracle", 1) if progress else None
         bound, oracle_passes = oracle_on_placement(
             list(source.eval_calls()), runs[oracle_ref], cfg, lambda: make_bench_scheduler(opts),
@@ -94,14 +99,23 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
         if cb is not None:
             cb(1)
         results["oracle"] = dict(bound.summary(), bound=True)
+    if offline:
+        from agentrt.bounds.offline import infinite_bound
+        from agentrt.cluster.bounds import pooled_bound
+        lru = runs["lru"]
+        for name in offline:
+            b = (infinite_bound(lru.stream, cfg.block_size) if name == "infinite"
+                 else pooled_bound(lru, cfg, held=name == "belady-held"))
+            results[name] = offline_row(b)
     results = {p: results[p] for p in policies}
     first = next(iter(runs.values()))
     config = asdict(opts)
     config.update(block_size=source.header.block_size, gpu_blocks=cfg.gpu_blocks,
-                  block_bytes=cfg.block_bytes, concurrency=conc, bounds_stream=None,
+                  block_bytes=cfg.block_bytes, concurrency=conc,
+                  bounds_stream="lru" if offline else None,
                   oracle_passes=oracle_passes, oracle_reference=oracle_ref, train=split,
                   replicas=replicas, router=router, router_options=dict(router_options or {}),
                   transfer_gbps=transfer_gbps)
     return {"schema_version": SCHEMA_VERSION, "trace": source.label, "calls": first.total.calls,
             "workflows": first.total.workflows, "config": config, "results": results,
-            "lru_reference": None}
+            "lru_reference": runs["lru"].summary() if "lru" not in policies and offline else None}

@@ -1,5 +1,5 @@
-"""The in-simulator clairvoyant bound on a cluster: `oracle` eviction on every replica, under one
-router's placement.
+"""Clairvoyant bounds on a cluster: `oracle` eviction on every replica under one router's
+placement, and the pooled bound on any placement.
 
 Model
 - A reference run replays the calls behind the router with some eviction policy and records
@@ -17,6 +17,19 @@ placement the router made in the reference run*. It is not a bound on routing: a
 router reads the caches, so under another eviction policy it would place some calls elsewhere,
 and a better placement could beat it. The routers' own ceiling (one unbounded cache) bounds
 every placement and every policy but ignores memory.
+
+The pooled bound (`pooled_bound`) is one on routing and eviction together, under memory: MIN
+(`bounds.offline.belady_bound`) over the block references a run recorded on all its replicas
+(`record_stream=True`, in the order the replicas made them), with N x a replica's GPU blocks. At
+every point of that stream the union of the N caches holds at most N x a replica's blocks and
+only blocks referenced before, and a call's hit on its replica is a hit on the union: so the
+union is one demand-paging cache of the pool and MIN's hits on the same stream bound the run's,
+whichever replica each call went to, whichever policy evicted, even with free KV copies between
+replicas. Plain MIN drops the memory running requests hold; `held=True` keeps the blocks the
+run's running calls held (`bounds.held`: they were in the union too), the much tighter bound. It
+still drops what only separate caches cost (a block helps only calls on its replica; copies of
+one prefix on several replicas) and what it bounds is that stream's order and holds: another
+router's run orders its calls a little differently (the benchmark bounds each router's own run).
 """
 
 from __future__ import annotations
@@ -24,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from agentrt.bounds.held import held_belady_bound
+from agentrt.bounds.offline import BoundResult, belady_bound
 from agentrt.cluster.metrics import ClusterMetrics, cluster_metrics
 from agentrt.cluster.routing import ReplicaView, RouteRequest, Router
 from agentrt.cluster.sim import ClusterSimulator
@@ -120,3 +135,15 @@ def run_cluster_oracle(calls: Sequence[Call], n_replicas: int, router: str | Rou
                                       time_scale=time_scale, seed=seed, passes=passes,
                                       tool_hints=tool_hints, transfer_gbps=transfer_gbps)
     return ClusterBound(ref, bound, done)
+
+
+def pooled_bound(run: ClusterMetrics, config: EngineConfig, held: bool = False) -> BoundResult:
+    """MIN over `run`'s recorded block stream with all its replicas' GPU blocks as one pool: no
+    placement and no eviction policy (demand paging, peer copies free) hits more on that stream.
+    `held`: keep the blocks the run's running calls held (`bounds.held`), the tighter bound."""
+    if run.stream is None or run.holds is None:
+        raise ValueError("the run did not record its block stream (record_stream=True)")
+    capacity = config.gpu_blocks * len(run.replicas)
+    if held:
+        return held_belady_bound(run.stream, run.holds, config.block_size, capacity)
+    return belady_bound(run.stream, config.block_size, capacity)

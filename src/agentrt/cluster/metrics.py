@@ -72,6 +72,8 @@ class ClusterMetrics:
     router_state: int = 0                                   # entries the router held at the end
     placement: dict | None = None     # (workflow, call) -> replica, when the run recorded it
     orders: list | None = None        # per replica, (workflow, call) in admission order, likewise
+    stream: list | None = None        # all replicas' block references in order, when recorded
+    holds: list | None = None         # when calls held their blocks, beside the stream (bounds.held)
 
     @property
     def imbalance(self) -> float:
@@ -105,4 +107,5 @@ def cluster_metrics(sim) -> ClusterMetrics:
     return ClusterMetrics(router=sim.router.name, replicas=reps, total=total,
                           late_arrivals=sim.replay.late_arrivals, route_s=list(sim.route_s),
                           router_state=sim.router.state_size(), placement=sim.placement,
-                          orders=[s.admitted for s in sim.sims] if sim.placement is not None else None)
+                          orders=[s.admitted for s in sim.sims] if sim.placement is not None else None,
+                          stream=sim.stream, holds=sim.holds)

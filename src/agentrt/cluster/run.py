@@ -29,7 +29,8 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
                 policy_factory: Callable[[], Policy] | None = None,
                 scheduler_factory: Callable[[], Scheduler] | None = None,
                 time_routes: bool = False, tool_hints: ToolHints | None = None,
-                record_order: bool = False, transfer_gbps: float | None = None) -> ClusterMetrics:
+                record_order: bool = False, transfer_gbps: float | None = None,
+                record_stream: bool = False) -> ClusterMetrics:
     """Replay `calls` (consumed once, in file order) on `n_replicas` replicas behind `router`.
 
     `router`: a name (`agentrt routers`) built with `router_options` and `seed`, or a `Router`.
@@ -40,7 +41,8 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
     announces its tool times (`engine.tool_hints`). `record_order`: the metrics keep the run's
     placement and each replica's admission order (the cluster oracle's reference, `bounds.py`).
     `transfer_gbps`: replicas copy cached prefixes from each other over a link of that many GB/s
-    (`cluster.transfer`); None: independent caches.
+    (`cluster.transfer`); None: independent caches. `record_stream`: the metrics keep every
+    replica's block references in one ordered list (`bounds.pooled_bound`'s input).
     """
     if isinstance(router, str):
         router = make_router(router, seed=seed, **(router_options or {}))
@@ -59,7 +61,8 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
     sim = ClusterSimulator(config, n_replicas, router, iter(calls), policy_factory, scheduler_factory,
                            concurrency=concurrency, time_scale=time_scale, time_routes=time_routes,
                            tool_hints=tool_hints, record_order=record_order,
-                           transfer=PeerTransfer(transfer_gbps) if transfer_gbps is not None else None)
+                           transfer=PeerTransfer(transfer_gbps) if transfer_gbps is not None else None,
+                           record_stream=record_stream)
     sim.run()
     return cluster_metrics(sim)
 

@@ -58,9 +58,12 @@ class ClusterSimulator:
                  make_scheduler: Callable[[], Scheduler] | None = None,
                  concurrency: int | None = None, time_scale: float = 1.0,
                  time_routes: bool = False, tool_hints: ToolHints | None = None,
-                 record_order: bool = False, transfer: PeerTransfer | None = None) -> None:
+                 record_order: bool = False, transfer: PeerTransfer | None = None,
+                 record_stream: bool = False) -> None:
         """`record_order`: keep where each call was routed (`placement`) and each replica's
         admission order (`Simulator.admitted`): the cluster oracle's reference (`bounds.py`).
+        `record_stream`: keep every replica's block references in one list, in the order the
+        replicas made them on the shared clock (`stream`): the pooled bound's input (`bounds.py`).
         `transfer`: replicas copy cached prefixes from each other (`transfer.py`); None: they do not."""
         if n_replicas < 1:
             raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
@@ -70,6 +73,8 @@ class ClusterSimulator:
         self.feeds: list[Feed] = []
         self.sims: list[Simulator] = []
         self.views: list[SimReplicaView] = []
+        self.stream: list | None = [] if record_stream else None
+        self.holds: list | None = [] if record_stream else None
         for i in range(n_replicas):
             feed = Feed(i, self.replay, self._finished)
             sim = Simulator(config, make_policy(), iter(()), arrivals=feed, tool_hints=tool_hints,
@@ -77,6 +82,7 @@ class ClusterSimulator:
             feed.sim = sim
             if record_order:
                 sim.admitted = []
+            sim.stream, sim.holds = self.stream, self.holds
             self.feeds.append(feed)
             self.sims.append(sim)
             self.views.append(SimReplicaView(sim, feed))

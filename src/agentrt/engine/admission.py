@@ -218,6 +218,8 @@ class Admission:
                     self.stream.append((info.tenant, info.hash_ids[:r.n_full], info.input_length, True))
                 if self.admitted is not None:
                     self.admitted.append((info.workflow, info.index))
+            if self.holds is not None and lease is not None and not info.warmup:
+                self.holds.append((len(self.stream) - 1, id(r), 1, info.tenant, r.hash_ids[:r.n_full]))
             if self._events and lease is not None:
                 self._observe(ev.CallAdmitted(now, info, lease.node, lease.gpu_hit, lease.host_hit, lease.remote_hit))
             if plan is not None and plan.budget > 0 and r.state == PREFILL:

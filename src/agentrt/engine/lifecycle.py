@@ -112,6 +112,8 @@ class RequestLifecycle:
             m.block_touches += lease.output_blocks - before
             if ohids and self.stream is not None and not info.warmup:
                 self.stream.append((info.tenant, ohids, info.input_length // info.block_size, False))
+            if self.holds is not None and not info.warmup:
+                self.holds.append((len(self.stream) - 1, id(r), -1, None, None))
         self._admit_blocked = False
         if info.warmup:
             if self._events:

@@ -80,6 +80,8 @@ class Preemption:
             node = lease.node
         # tag before the path is unlocked and scored, as a finished call's blocks are
         self.runtime.keep_preempted(r.info.rid, node)
+        if self.holds is not None and not r.info.warmup:
+            self.holds.append((len(self.stream) - 1, id(r), -1, None, None))
         cache.release(lease)
         r.requeue(ohids)
         self.waiting.appendleft(r)

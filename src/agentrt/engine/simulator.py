@@ -126,6 +126,9 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
         self.replay = arrivals if arrivals is not None else WorkflowReplay(calls, concurrency, time_scale)
         self.metrics = Metrics()
         self.stream: list | None = [] if record_stream else None
+        # (stream position, request key, +1 held / -1 released, tenant, hash ids): when a user
+        # call's prompt blocks were held in GPU memory (`bounds.held`)
+        self.holds: list | None = [] if record_stream else None
         # (workflow, call index) of user calls in admission order: the oracle's reference order
         self.admitted: list[tuple[str, int]] | None = [] if record_stream else None
         self.progress = progress

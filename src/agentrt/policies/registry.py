@@ -13,8 +13,9 @@ replaces an earlier one of the same name):
 The bounds are not policies an engine can run; they are listed here so that every tool accepts
 the same names, and engines other than the simulator refuse them. `oracle` is a clairvoyant
 eviction policy that `agentrt bench` runs inside the simulator (same memory accounting as every
-policy: the reachable bound); `belady` and `infinite` are offline bounds computed from a replay's
-block-access stream (they ignore the memory running requests hold).
+policy: the reachable bound); `belady`, `belady-held` and `infinite` are offline bounds computed
+from a replay's block-access stream (`belady` and `infinite` ignore the memory running requests
+hold; `belady-held` keeps the blocks the replay's running calls held).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from agentrt.errors import AgentrtError, unknown_name
 from agentrt.runtime.policy import Policy
 
 ENTRY_POINT_GROUP = "agentrt.policies"
-BOUNDS = ("oracle", "belady", "infinite")
+BOUNDS = ("oracle", "belady", "belady-held", "infinite")
 SIM_BOUNDS = ("oracle",)      # bounds that run in the simulator, with timings
 
 Entry = tuple[Callable[..., Policy], str]          # (factory, description)
@@ -41,6 +42,7 @@ _loaded = {"builtin": False, "plugins": False}
 _BOUND_DESCRIPTIONS = {
     "oracle": "clairvoyant eviction, next use from the trace, under the simulator's memory accounting (bound)",
     "belady": "clairvoyant MIN with bypass at the same GPU capacity, ignoring running requests' memory (offline bound)",
+    "belady-held": "clairvoyant MIN that keeps the blocks the LRU replay's running calls held (offline bound)",
     "infinite": "unbounded cache (offline bound)",
 }
 
