@@ -22,7 +22,7 @@ TRAIN_FRACTION = 0.25      # share of workflows held back when a policy learns o
 # `agentrt bench` with no --trace or --workload
 RUN_WORKLOAD = "mix"
 RUN_GPU_BLOCKS = 6430      # a quarter of the preset's KV memory (25,720 blocks of 16 tokens)
-RUN_POLICIES = ("lru", "cachesage", "kvflow", "pbkv-lae", "pbkv", "pbkv-ta", "oracle", "belady",
+RUN_POLICIES = ("lru", "cachesage", "kvflow", "pbkv-lae", "pbkv", "pbkv-ta", "oracle", "belady-held", "belady",
                 "infinite")
 RUN_PLOT = "agentrt-bench.png"
 
