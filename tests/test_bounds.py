@@ -46,6 +46,18 @@ def test_fully_cached_prompt_still_computes_its_last_token():
     assert infinite_bound(s, BS).hit_tokens == 2 * BS - 1
 
 
+def prompt_hits(ids, n, is_prompt, cached) -> int:
+    """Tokens a reference hits: a prompt's leading cached blocks, capped at n - 1 tokens."""
+    if not is_prompt:
+        return 0
+    h = 0
+    for b in ids:
+        if b not in cached:
+            break
+        h += 1
+    return min(h * BS, n - 1)
+
+
 def brute_force(stream, cap):
     """Best hits over every keep-set choice after every reference (prefix hits only)."""
     best = 0
@@ -56,13 +68,7 @@ def brute_force(stream, cap):
             best = max(best, hits)
             return
         _, ids, n, is_prompt = stream[i]
-        h = 0
-        if is_prompt:
-            for b in ids:
-                if b not in cached:
-                    break
-                h += 1
-            h = min(h * BS, n - 1)
+        h = prompt_hits(ids, n, is_prompt, cached)
         pool = sorted(set(cached) | set(ids))
         for k in range(min(cap, len(pool)), -1, -1):
             for keep in itertools.combinations(pool, k):
@@ -133,13 +139,7 @@ def held_brute_force(stream, holds, cap):
             best = max(best, hits)
             return
         _, ids, n, is_prompt = stream[i]
-        h = 0
-        if is_prompt:
-            for b in ids:
-                if b not in cached:
-                    break
-                h += 1
-            h = min(h * BS, n - 1)
+        h = prompt_hits(ids, n, is_prompt, cached)
         held = dict(held)
         for pos, key, sign, _, hashes in holds:
             if pos == i:
