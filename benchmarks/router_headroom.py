@@ -7,8 +7,10 @@
 The routers benchmark's setting (`routers.py`: Llama-3.1-8B on H100, 6,430 blocks per replica,
 16 workflows in flight per replica, LRU, FCFS, seed 0; Mooncake's conversation trace as it
 replays it, read in place from ../shared if present). Each router's run records its block
-stream and when each call held its blocks, and three bounds are computed on that stream
-(`agentrt.cluster.bounds.pooled_bound`):
+stream and when each call held its blocks, and four bounds are computed on that stream
+(`agentrt.cluster.bounds`):
+- `placement`: MIN keeping held blocks on each replica's own part of the stream, one replica's
+  memory each (`placement_bound`): no eviction policy beats it on that router's placement;
 - `held`: MIN with the N replicas' memory as one pool, keeping the blocks running calls held
   (`bounds.held`): no router and no eviction policy, not even with free KV copies between
   replicas, hits more on that run's order of calls. It still relaxes what separate caches
@@ -32,7 +34,7 @@ from pathlib import Path
 from routers import (CONC, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH, REPO, WORKFLOWS,
                      ceiling, config, trace, write_between)
 
-from agentrt.cluster.bounds import pooled_bound
+from agentrt.cluster.bounds import placement_bound, pooled_bound
 from agentrt.cluster.run import run_cluster
 from agentrt.trace.reader import TraceReader
 
@@ -61,11 +63,14 @@ def run_line(name: str, n: int, routers: list[str]) -> dict:
         run = run_cluster(calls, n, r, cfg, seed=0, record_stream=True, **kw)
         held = pooled_bound(run, cfg, held=True)
         plain = pooled_bound(run, cfg)
+        placed = placement_bound(run, cfg)
         out["routers"][r] = {"hit_rate": run.total.gpu_hit_tokens / (run.total.prompt_tokens or 1),
+                             "placement_bound": placed.hit_rate,
                              "held_bound": held.hit_rate, "min_bound": plain.hit_rate,
                              "imbalance": run.imbalance, "seconds": time.time() - t0}
         x = out["routers"][r]
-        print(f"  {name} N={n} {r:8s} hit {x['hit_rate']:.1%}  held bound {x['held_bound']:.1%}  "
+        print(f"  {name} N={n} {r:8s} hit {x['hit_rate']:.1%}  placement bound {x['placement_bound']:.1%}  "
+              f"held bound {x['held_bound']:.1%}  "
               f"MIN {x['min_bound']:.1%}  ({x['seconds']:.0f} s)", flush=True)
     out["bound"] = max(x["held_bound"] for x in out["routers"].values())
     return out
@@ -75,21 +80,26 @@ def markdown(doc: dict) -> str:
     routers = list(doc["runs"][0]["routers"]) if doc["runs"] else []
     head = ["workload", "N", "ceiling"]
     for r in routers:
-        head += [f"{r}", f"{r}: held bound"]
-    head += ["MIN (no holds), highest", "bound / prefix", f"{TARGET}x prefix within the bound",
-             "agent / its held bound"]
+        head += [f"{r}", f"{r}: on its placement", f"{r}: held bound"]
+    head += ["MIN (no holds), highest", "on placement, highest / prefix", "bound / prefix",
+             f"{TARGET}x prefix within the bound", "agent / its held bound"]
     lines = [f"Built by `{doc['settings']['command']}` (docs/results/router_headroom.json, "
-             f"{doc['seconds']:.0f} s). GPU token hit %; held bound: MIN over that router's run with "
-             "the replicas' memory pooled, keeping the blocks its running calls held; bound = the "
-             "highest held bound over the routers' runs.", "",
+             f"{doc['seconds']:.0f} s). GPU token hit %; on its placement: MIN keeping held blocks on "
+             "each replica's part of that router's run, one replica's memory each (a bound on eviction "
+             "for that placement); held bound: MIN over that router's run with the replicas' memory "
+             "pooled, keeping the blocks its running calls held (a bound on any router and eviction); "
+             "bound = the highest held bound over the routers' runs.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run in doc["runs"]:
         res = run["routers"]
         cells = [run["workload"], str(run["replicas"]), f"{100 * run['ceiling_hit_rate']:.1f}"]
         for r in routers:
-            cells += [f"{100 * res[r]['hit_rate']:.1f}", f"{100 * res[r]['held_bound']:.1f}"]
+            cells += [f"{100 * res[r]['hit_rate']:.1f}", f"{100 * res[r]['placement_bound']:.1f}",
+                      f"{100 * res[r]['held_bound']:.1f}"]
         cells.append(f"{100 * max(x['min_bound'] for x in res.values()):.1f}")
         base = res["prefix"]["hit_rate"] if "prefix" in res else None
+        placed = max(x["placement_bound"] for x in res.values())
+        cells.append(f"{placed / base:.2f}" if base else "-")
         ratio = run["bound"] / base if base else None
         cells.append(f"{ratio:.2f}" if ratio else "-")
         one_call = run["workload"] == "mooncake"      # the target is for multi-agent workloads

@@ -8,7 +8,7 @@ from agentrt.bench.runner import BenchOptions, run_oracle, run_policy
 from agentrt.bench.source import workload_source
 from agentrt.bounds.held import held_belady_bound
 from agentrt.bounds.offline import belady_bound, infinite_bound
-from agentrt.cluster.bounds import PinnedRouter, pooled_bound, run_cluster_oracle
+from agentrt.cluster.bounds import PinnedRouter, placement_bound, pooled_bound, run_cluster_oracle
 from agentrt.cluster.routing import RouteRequest
 from agentrt.cluster.run import run_cluster
 from agentrt.engine.presets import get_preset
@@ -99,8 +99,10 @@ def test_pooled_bound_is_above_every_router_and_policy_on_its_own_stream(gaia, n
             assert run.total.evictions > 0
             b = pooled_bound(run, cfg)
             held = pooled_bound(run, cfg, held=True)
-            assert b.prompt_tokens == held.prompt_tokens == run.total.prompt_tokens
-            assert run.total.gpu_hit_tokens <= held.hit_tokens <= b.hit_tokens, (router, policy)
+            placed = placement_bound(run, cfg)
+            assert b.prompt_tokens == held.prompt_tokens == placed.prompt_tokens == run.total.prompt_tokens
+            assert run.total.gpu_hit_tokens <= placed.hit_tokens <= held.hit_tokens <= b.hit_tokens, \
+                (router, policy)
             assert b.hit_tokens <= infinite_bound(run.stream, cfg.block_size).hit_tokens
             # one replica's memory for the whole stream bounds less than the pool
             assert belady_bound(run.stream, cfg.block_size, cfg.gpu_blocks).hit_tokens <= b.hit_tokens
@@ -113,15 +115,33 @@ def test_pooled_bound_on_one_replica_is_the_bench_belady(gaia):
     run = run_cluster(list(gaia.eval_calls()), 1, "round-robin", cfg, concurrency=12, record_stream=True)
     assert run.stream == single.stream
     assert pooled_bound(run, cfg).hit_tokens == belady_bound(single.stream, cfg.block_size, 600).hit_tokens
-    assert pooled_bound(run, cfg, held=True).hit_tokens == \
-        held_belady_bound(single.stream, single.holds, cfg.block_size, 600).hit_tokens
+    one = held_belady_bound(single.stream, single.holds, cfg.block_size, 600).hit_tokens
+    assert pooled_bound(run, cfg, held=True).hit_tokens == placement_bound(run, cfg).hit_tokens == one
 
 
 def test_pooled_bound_needs_the_stream(gaia):
     cfg = config(gaia.header.block_size, 600)
     run = run_cluster(list(gaia.eval_calls())[:20], 2, "prefix", cfg, concurrency=12)
-    with pytest.raises(ValueError, match="record_stream=True"):
-        pooled_bound(run, cfg)
+    for bound in (pooled_bound, placement_bound):
+        with pytest.raises(ValueError, match="record_stream=True"):
+            bound(run, cfg)
+
+
+def test_placement_bound_is_above_the_cluster_oracle_on_the_same_placement(gaia):
+    """The cluster oracle keeps every replica's accounting; the placement bound relaxes it, so on
+    the oracle run's own stream it is at or above the oracle's hits."""
+    cfg = config(gaia.header.block_size, 500)
+    calls = list(gaia.eval_calls())
+    got = run_cluster_oracle(calls, 2, "prefix", cfg, fcfs, reference=lru, concurrency=12, passes=1)
+    pinned = PinnedRouter(got.reference.placement)
+    from agentrt.policies.oracle import FutureUses, OraclePolicy
+    from agentrt.cluster.bounds import _split
+    parts = _split(calls, got.reference.placement, 2)
+    futures = iter([FutureUses(parts[j], got.reference.orders[j], cfg.block_size) for j in range(2)])
+    run = run_cluster(calls, 2, pinned, cfg, concurrency=12, record_stream=True,
+                      policy_factory=lambda: OraclePolicy(next(futures)))
+    assert run.total.gpu_hit_tokens == got.bound.total.gpu_hit_tokens
+    assert run.total.gpu_hit_tokens <= placement_bound(run, cfg).hit_tokens
 
 
 def test_passes_must_be_positive(gaia):

@@ -61,7 +61,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     names = split_names(policies)
     if replicas > 1 and default_policies:
         from agentrt.policies.registry import SIM_BOUNDS
-        # the cluster oracle is not a bound with peer transfer; belady (pooled) and infinite are
+        # the cluster oracle is not a bound with peer transfer; the offline bounds (over pooled
+        # memory) still are
         names = [n for n in names if n not in SIM_BOUNDS or transfer_gbps is None]
     if not names:
         raise AgentrtError("--policies is empty")

@@ -14,7 +14,7 @@ replicas, with N x a replica's GPU blocks as one pool: a bound on routing and ev
 `infinite` is MIN without a memory limit (the routers' ceiling). LRU runs for them when not
 asked (`config.bounds_stream`). `--transfer-gbps G`: replicas copy cached prefixes from each
 other's GPUs over a link of G GB/s (`cluster.transfer`); the oracle is not a bound with it and
-is refused (`belady` and `infinite` still are).
+is refused (the offline bounds still hold: they count peer copies as free).
 
 The `--json` document has the shape of a one-replica bench document (`docs/output.md`), with
 `config.replicas`, `config.router` and `config.transfer_gbps`, and in each policy's result the cluster's own figures:

@@ -16,7 +16,11 @@ What it bounds: the hit rate that any eviction policy could reach on each replic
 placement the router made in the reference run*. It is not a bound on routing: a cache-aware
 router reads the caches, so under another eviction policy it would place some calls elsewhere,
 and a better placement could beat it. The routers' own ceiling (one unbounded cache) bounds
-every placement and every policy but ignores memory.
+every placement and every policy but ignores memory. `placement_bound` is the sound form of
+the cluster oracle: MIN keeping held blocks (`bounds.held`) on each replica's own part of a
+run's recorded stream, with one replica's memory each: no eviction policy beats it on that
+placement and order (it relaxes what the cluster oracle keeps: running calls' decode blocks,
+blocks still being computed).
 
 The pooled bound (`pooled_bound`) is one on routing and eviction together, under memory: MIN
 (`bounds.offline.belady_bound`) over the block references a run recorded on all its replicas
@@ -34,6 +38,7 @@ router's run orders its calls a little differently (the benchmark bounds each ro
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -147,3 +152,27 @@ def pooled_bound(run: ClusterMetrics, config: EngineConfig, held: bool = False) 
     if held:
         return held_belady_bound(run.stream, run.holds, config.block_size, capacity)
     return belady_bound(run.stream, config.block_size, capacity)
+
+
+def placement_bound(run: ClusterMetrics, config: EngineConfig) -> BoundResult:
+    """MIN keeping held blocks (`bounds.held`) on each replica's own part of `run`'s stream, with
+    one replica's GPU blocks each, summed: no eviction policy hits more on that run's placement
+    and order (the cluster oracle approximates this from inside the simulator)."""
+    if run.stream is None or run.holds is None or run.stream_at is None or run.holds_at is None:
+        raise ValueError("the run did not record its block stream (record_stream=True)")
+    n = len(run.replicas)
+    streams: list[list] = [[] for _ in range(n)]
+    at: list[list[int]] = [[] for _ in range(n)]       # pooled positions of each replica's entries
+    for i, (x, r) in enumerate(zip(run.stream, run.stream_at)):
+        streams[r].append(x)
+        at[r].append(i)
+    holds: list[list] = [[] for _ in range(n)]
+    for h, r in zip(run.holds, run.holds_at):
+        # after the replica's last entry at or before the pooled position (-1: before its first)
+        holds[r].append((bisect.bisect_right(at[r], h[0]) - 1,) + tuple(h[1:]))
+    prompt = hits = 0
+    for r in range(n):
+        b = held_belady_bound(streams[r], holds[r], config.block_size, config.gpu_blocks)
+        prompt += b.prompt_tokens
+        hits += b.hit_tokens
+    return BoundResult(prompt, hits)

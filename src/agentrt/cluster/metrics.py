@@ -74,6 +74,8 @@ class ClusterMetrics:
     orders: list | None = None        # per replica, (workflow, call) in admission order, likewise
     stream: list | None = None        # all replicas' block references in order, when recorded
     holds: list | None = None         # when calls held their blocks, beside the stream (bounds.held)
+    stream_at: list | None = None     # the replica of each stream entry, likewise
+    holds_at: list | None = None      # the replica of each hold, likewise
 
     @property
     def imbalance(self) -> float:
@@ -108,4 +110,6 @@ def cluster_metrics(sim) -> ClusterMetrics:
                           late_arrivals=sim.replay.late_arrivals, route_s=list(sim.route_s),
                           router_state=sim.router.state_size(), placement=sim.placement,
                           orders=[s.admitted for s in sim.sims] if sim.placement is not None else None,
-                          stream=sim.stream, holds=sim.holds)
+                          stream=sim.stream, holds=sim.holds,
+                          stream_at=sim.stream_at if sim.stream is not None else None,
+                          holds_at=sim.holds_at if sim.stream is not None else None)

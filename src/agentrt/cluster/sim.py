@@ -52,6 +52,23 @@ def cluster_hints(config: EngineConfig, transfer: PeerTransfer | None = None) ->
                         transfer_tokens_per_s=transfer.tokens_per_s(cost.kv_bytes_per_token) if transfer else 0.0)
 
 
+class TaggedRecord:
+    """One replica's handle on a cluster-wide record: what it appends goes to the shared list, in
+    order, with the replica's index beside it; its length is the shared list's."""
+
+    __slots__ = ("items", "tags", "replica")
+
+    def __init__(self, items: list, tags: list[int], replica: int) -> None:
+        self.items, self.tags, self.replica = items, tags, replica
+
+    def append(self, x) -> None:
+        self.items.append(x)
+        self.tags.append(self.replica)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
 class ClusterSimulator:
     def __init__(self, config: EngineConfig, n_replicas: int, router: Router, calls: Iterator[Call],
                  make_policy: Callable[[], Policy | AgentRuntime],
@@ -63,7 +80,9 @@ class ClusterSimulator:
         """`record_order`: keep where each call was routed (`placement`) and each replica's
         admission order (`Simulator.admitted`): the cluster oracle's reference (`bounds.py`).
         `record_stream`: keep every replica's block references in one list, in the order the
-        replicas made them on the shared clock (`stream`): the pooled bound's input (`bounds.py`).
+        replicas made them on the shared clock (`stream`), with when calls held their blocks
+        (`holds`) and the replica of each entry (`stream_at`, `holds_at`): the bounds' input
+        (`bounds.py`).
         `transfer`: replicas copy cached prefixes from each other (`transfer.py`); None: they do not."""
         if n_replicas < 1:
             raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
@@ -75,6 +94,8 @@ class ClusterSimulator:
         self.views: list[SimReplicaView] = []
         self.stream: list | None = [] if record_stream else None
         self.holds: list | None = [] if record_stream else None
+        self.stream_at: list[int] = []
+        self.holds_at: list[int] = []
         for i in range(n_replicas):
             feed = Feed(i, self.replay, self._finished)
             sim = Simulator(config, make_policy(), iter(()), arrivals=feed, tool_hints=tool_hints,
@@ -82,7 +103,9 @@ class ClusterSimulator:
             feed.sim = sim
             if record_order:
                 sim.admitted = []
-            sim.stream, sim.holds = self.stream, self.holds
+            if record_stream:
+                sim.stream = TaggedRecord(self.stream, self.stream_at, i)
+                sim.holds = TaggedRecord(self.holds, self.holds_at, i)
             self.feeds.append(feed)
             self.sims.append(sim)
             self.views.append(SimReplicaView(sim, feed))
