@@ -60,22 +60,7 @@ def prompt_hits(ids, n, is_prompt, cached) -> int:
 
 def brute_force(stream, cap):
     """Best hits over every keep-set choice after every reference (prefix hits only)."""
-    best = 0
-
-    def rec(i, cached, hits):
-        nonlocal best
-        if i == len(stream):
-            best = max(best, hits)
-            return
-        _, ids, n, is_prompt = stream[i]
-        h = prompt_hits(ids, n, is_prompt, cached)
-        pool = sorted(set(cached) | set(ids))
-        for k in range(min(cap, len(pool)), -1, -1):
-            for keep in itertools.combinations(pool, k):
-                rec(i + 1, frozenset(keep), hits + h)
-
-    rec(0, frozenset(), 0)
-    return best
+    return held_brute_force(stream, [], cap)
 
 
 chains = st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=3), min_size=1, max_size=5)
