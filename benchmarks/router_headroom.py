@@ -61,7 +61,7 @@ def run_line(name: str, n: int, routers: list[str]) -> dict:
     for r in routers:
         t0 = time.time()
         run = run_cluster(calls, n, r, cfg, seed=0, record_stream=True, **kw)
-        held = pooled_bound(run, cfg, held=True)
+        held = pooled_bound(run, cfg, "belady-held")
         plain = pooled_bound(run, cfg)
         placed = placement_bound(run, cfg)
         out["routers"][r] = {"hit_rate": run.total.gpu_hit_tokens / (run.total.prompt_tokens or 1),

@@ -98,7 +98,7 @@ def test_pooled_bound_is_above_every_router_and_policy_on_its_own_stream(gaia, n
             run = run_cluster(calls, n, router, cfg, policy=policy, concurrency=12, record_stream=True)
             assert run.total.evictions > 0
             b = pooled_bound(run, cfg)
-            held = pooled_bound(run, cfg, held=True)
+            held = pooled_bound(run, cfg, "belady-held")
             placed = placement_bound(run, cfg)
             assert b.prompt_tokens == held.prompt_tokens == placed.prompt_tokens == run.total.prompt_tokens
             assert run.total.gpu_hit_tokens <= placed.hit_tokens <= held.hit_tokens <= b.hit_tokens, \
@@ -116,7 +116,7 @@ def test_pooled_bound_on_one_replica_is_the_bench_belady(gaia):
     assert run.stream == single.stream
     assert pooled_bound(run, cfg).hit_tokens == belady_bound(single.stream, cfg.block_size, 600).hit_tokens
     one = held_belady_bound(single.stream, single.holds, cfg.block_size, 600).hit_tokens
-    assert pooled_bound(run, cfg, held=True).hit_tokens == placement_bound(run, cfg).hit_tokens == one
+    assert pooled_bound(run, cfg, "belady-held").hit_tokens == placement_bound(run, cfg).hit_tokens == one
 
 
 def test_pooled_bound_needs_the_stream(gaia):

@@ -16,8 +16,7 @@ from pathlib import Path, PurePath
 from agentrt import defaults
 from agentrt.bench.output import SCHEMA_VERSION
 from agentrt.bench.source import TraceSource
-from agentrt.bounds.held import held_belady_bound
-from agentrt.bounds.offline import belady_bound, infinite_bound
+from agentrt.bounds import offline_bound
 from agentrt.engine.presets import get_preset
 from agentrt.engine.simulator import CACHE_AT, EngineConfig, Simulator
 from agentrt.errors import AgentrtError
@@ -281,12 +280,8 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
             cb = progress(name, eval_calls) if progress else None
             sim, oracle_passes = run_oracle(source, opts, order, progress=cb)
             results[name] = dict(sim.metrics.summary(), bound=True)
-        elif name == "belady":
-            results[name] = offline_row(belady_bound(stream, bs, cfg.gpu_blocks))
-        elif name == "belady-held":
-            results[name] = offline_row(held_belady_bound(stream, holds, bs, cfg.gpu_blocks))
         else:
-            results[name] = offline_row(infinite_bound(stream, bs))
+            results[name] = offline_row(offline_bound(name, stream, holds, bs, cfg.gpu_blocks))
     ordered = {p: results[p] for p in policies}
     first = next(iter(sims.values())).metrics
     config = asdict(opts)

@@ -26,7 +26,7 @@ import bisect
 import heapq
 from collections.abc import Sequence
 
-from agentrt.bounds.offline import INF, BoundResult
+from agentrt.bounds.offline import INF, BoundResult, intern_stream, prefix_hits
 
 
 def held_belady_bound(stream: Sequence, holds: Sequence, block_size: int, capacity: int) -> BoundResult:
@@ -34,11 +34,9 @@ def held_belady_bound(stream: Sequence, holds: Sequence, block_size: int, capaci
     (position, request key, +1 held / -1 released, tenant, hash ids on +1): it applies after the
     stream entry at that position (-1: before the first), in the order recorded."""
     ids: dict = {}
-    refs = []
+    refs = intern_stream(stream, ids)
     uses: dict[int, list[int]] = {}        # block -> stream positions of its prompt references
-    for i, (tenant, hashes, n, is_prompt) in enumerate(stream):
-        keyed = [ids.setdefault((tenant, h), len(ids)) for h in hashes]
-        refs.append((keyed, n, is_prompt))
+    for i, (keyed, _, is_prompt) in enumerate(refs):
         if is_prompt:
             for b in keyed:
                 uses.setdefault(b, []).append(i)
@@ -89,12 +87,7 @@ def held_belady_bound(stream: Sequence, holds: Sequence, block_size: int, capaci
     for i, (blocks, n, is_prompt) in enumerate(refs):
         if is_prompt:
             prompt += n
-            k = 0
-            for b in blocks:
-                if b not in cached:
-                    break
-                k += 1
-            hits += min(k * block_size, n - 1)
+            hits += min(prefix_hits(blocks, cached) * block_size, n - 1)
             d0 = 0
         else:
             d0 = n

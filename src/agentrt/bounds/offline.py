@@ -32,9 +32,10 @@ class BoundResult:
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
-def _intern(stream: list) -> list[tuple[list[int], int, bool]]:
-    """Map (tenant, hash id) to dense ints: [(ids, input_length or start depth, is_prompt)]."""
-    ids: dict = {}
+def intern_stream(stream: list, ids: dict | None = None) -> list[tuple[list[int], int, bool]]:
+    """Map (tenant, hash id) to dense ints: [(ids, input_length or start depth, is_prompt)].
+    `ids`: the mapping to extend (a caller that interns more blocks later passes its own)."""
+    ids = {} if ids is None else ids
     out = []
     for tenant, hashes, n, is_prompt in stream:
         keyed = [ids.setdefault((tenant, h), len(ids)) for h in hashes]
@@ -42,7 +43,7 @@ def _intern(stream: list) -> list[tuple[list[int], int, bool]]:
     return out
 
 
-def _prefix_hits(blocks: list[int], cached) -> int:
+def prefix_hits(blocks: list[int], cached) -> int:
     n = 0
     for b in blocks:
         if b not in cached:
@@ -58,13 +59,13 @@ def infinite_bound(stream: list, block_size: int) -> BoundResult:
         keys = [(tenant, h) for h in hashes]
         if is_prompt:
             prompt += n
-            hits += min(_prefix_hits(keys, seen) * block_size, n - 1)
+            hits += min(prefix_hits(keys, seen) * block_size, n - 1)
         seen.update(keys)
     return BoundResult(prompt, hits)
 
 
 def belady_bound(stream: list, block_size: int, capacity: int) -> BoundResult:
-    refs = _intern(stream)
+    refs = intern_stream(stream)
     # next prompt reference of every (reference, block), by a backward pass
     next_use: dict[int, int] = {}
     nxt: list[list[int]] = [None] * len(refs)  # type: ignore[list-item]
@@ -81,7 +82,7 @@ def belady_bound(stream: list, block_size: int, capacity: int) -> BoundResult:
     for i, (blocks, n, is_prompt) in enumerate(refs):
         if is_prompt:
             prompt += n
-            hits += min(_prefix_hits(blocks, cached) * block_size, n - 1)
+            hits += min(prefix_hits(blocks, cached) * block_size, n - 1)
             depth0 = 0
         else:
             depth0 = n

@@ -100,13 +100,9 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
             cb(1)
         results["oracle"] = dict(bound.summary(), bound=True)
     if offline:
-        from agentrt.bounds.offline import infinite_bound
         from agentrt.cluster.bounds import pooled_bound
-        lru = runs["lru"]
         for name in offline:
-            b = (infinite_bound(lru.stream, cfg.block_size) if name == "infinite"
-                 else pooled_bound(lru, cfg, held=name == "belady-held"))
-            results[name] = offline_row(b)
+            results[name] = offline_row(pooled_bound(runs["lru"], cfg, name))
     results = {p: results[p] for p in policies}
     first = next(iter(runs.values()))
     config = asdict(opts)

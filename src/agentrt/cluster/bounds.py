@@ -29,7 +29,7 @@ every point of that stream the union of the N caches holds at most N x a replica
 only blocks referenced before, and a call's hit on its replica is a hit on the union: so the
 union is one demand-paging cache of the pool and MIN's hits on the same stream bound the run's,
 whichever replica each call went to, whichever policy evicted, even with free KV copies between
-replicas. Plain MIN drops the memory running requests hold; `held=True` keeps the blocks the
+replicas. Plain MIN drops the memory running requests hold; `belady-held` keeps the blocks the
 run's running calls held (`bounds.held`: they were in the union too), the much tighter bound. It
 still drops what only separate caches cost (a block helps only calls on its replica; copies of
 one prefix on several replicas) and what it bounds is that stream's order and holds: another
@@ -42,8 +42,9 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from agentrt.bounds import offline_bound
 from agentrt.bounds.held import held_belady_bound
-from agentrt.bounds.offline import BoundResult, belady_bound
+from agentrt.bounds.offline import BoundResult
 from agentrt.cluster.metrics import ClusterMetrics, cluster_metrics
 from agentrt.cluster.routing import ReplicaView, RouteRequest, Router
 from agentrt.cluster.sim import ClusterSimulator
@@ -142,16 +143,15 @@ def run_cluster_oracle(calls: Sequence[Call], n_replicas: int, router: str | Rou
     return ClusterBound(ref, bound, done)
 
 
-def pooled_bound(run: ClusterMetrics, config: EngineConfig, held: bool = False) -> BoundResult:
-    """MIN over `run`'s recorded block stream with all its replicas' GPU blocks as one pool: no
-    placement and no eviction policy (demand paging, peer copies free) hits more on that stream.
-    `held`: keep the blocks the run's running calls held (`bounds.held`), the tighter bound."""
+def pooled_bound(run: ClusterMetrics, config: EngineConfig, bound: str = "belady") -> BoundResult:
+    """An offline bound (`bounds.offline_bound`: `belady`, `belady-held`, `infinite`) over `run`'s
+    recorded block stream with all its replicas' GPU blocks as one pool: no placement and no
+    eviction policy (demand paging, peer copies free) hits more on that stream. `belady-held`
+    keeps the blocks the run's running calls held (`bounds.held`), the tighter bound."""
     if run.stream is None or run.holds is None:
         raise ValueError("the run did not record its block stream (record_stream=True)")
-    capacity = config.gpu_blocks * len(run.replicas)
-    if held:
-        return held_belady_bound(run.stream, run.holds, config.block_size, capacity)
-    return belady_bound(run.stream, config.block_size, capacity)
+    return offline_bound(bound, run.stream, run.holds, config.block_size,
+                         config.gpu_blocks * len(run.replicas))
 
 
 def placement_bound(run: ClusterMetrics, config: EngineConfig) -> BoundResult:
