@@ -342,7 +342,7 @@ async def _gauge(client, base: str, name: str) -> float:
     return 0.0
 
 
-def cached_by_priority(base: str, priorities: list[int], attempts: int = 3) -> dict[int, int]:
+def cached_by_priority(base: str, priorities: list[int], attempts: int = 5) -> dict[int, int]:
     for attempt in range(attempts):
         got = asyncio.run(_cached_by_priority(base, priorities, attempt))
         if got is not None:
