@@ -4,21 +4,22 @@
     python benchmarks/regimes.py --workloads coding,mix --workflows 60   # a quick subset
 
 A regime is one generated trace replayed under every policy in one `agentrt bench` run:
-- workload: each generator (`agentrt workloads`), 100 workflows, seed 0;
+- workload: each generator (`agentrt workloads`), 80 workflows (`--workflows`), seed 0;
 - tool time: `--tool-scale` 1 (the generators' tool latencies) and 4 (slower tools, long tests);
 - load: 8 and 32 workflows at once (closed loop; the replica is not saturated at 8);
 - capacity: the GPU pool as a multiple f of the workload's live footprint, f in {0.5, 1}, where
   the footprint is `concurrency x mean prompt blocks` (one prompt per live workflow: what the
   replica must hold for nothing to be recomputed if each workflow had one thread). The same rule
   for every workload, never a tuned number.
-Policies: lru, cachesage, kvflow, pbkv-lae, pbkv-he, pbkv-ta, and the `oracle` bound (clairvoyant
-eviction under the simulator's own memory accounting); `belady` beside it (offline, it ignores
-the memory running requests hold). The first 25% of workflows train the learned policies and
-everyone is scored on the rest.
+Policies: lru, cachesage, kvflow, pbkv-lae, pbkv-he, pbkv-ta, and the `oracle` (clairvoyant
+eviction under the simulator's own memory accounting); beside it the offline bounds over the LRU
+replay's stream: `belady-held` (MIN keeping the blocks running calls held: no policy on that
+stream beats it) and `belady` (it ignores the memory running requests hold). The first 25% of
+workflows train the learned policies and everyone is scored on the rest.
 
 Writes docs/results/regimes/WORKLOAD.json (every run, with its command) and, between the `regimes`
-markers of docs/results.md, the table with: LRU, the best agentrt policy, the oracle, best/oracle
-and oracle/LRU, best - LRU in points.
+markers of docs/results.md, the table with: LRU, the best agentrt policy, the oracle, the bounds,
+how far the oracle is below `belady-held` in points, best/oracle and oracle/LRU, best - LRU in points.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ WORKLOADS = ["coding", "swebench", "gaia", "hover", "financebench", "humaneval",
 TOOL_SCALES = [1.0, 4.0]
 LOADS = [8, 32]
 CAPACITY = [0.5, 1.0]
-POLICIES = ["lru", "cachesage", "kvflow", "pbkv-lae", "pbkv-he", "pbkv-ta", "oracle", "belady"]
+POLICIES = ["lru", "cachesage", "kvflow", "pbkv-lae", "pbkv-he", "pbkv-ta", "oracle", "belady-held", "belady"]
 AGENTRT = ["cachesage", "kvflow", "pbkv-lae", "pbkv-he", "pbkv-ta"]
 BS = 16
 
@@ -89,28 +90,55 @@ def verdict(row: dict) -> tuple[str, float, float, float, float]:
     return best, b, b / orc if orc else 1.0, orc / lru if lru else float("inf"), 100 * (b - lru)
 
 
+def below_held(row: dict) -> float | None:
+    """Points by which the oracle's hit rate is below `belady-held`'s (None where the row has no
+    such bound: runs from before it existed)."""
+    r = row["results"]
+    held = (r.get("belady-held") or {}).get("hit_rate")
+    return None if held is None else 100 * (held - r["oracle"]["hit_rate"])
+
+
 def table(rows: list[dict]) -> str:
-    out = ["| workload | tool x | load | f | GPU blocks | lru | best agentrt | best | pbkv-ta | oracle | belady | "
-           "best / oracle | oracle / LRU | best - LRU (pts) |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out = ["| workload | tool x | load | f | GPU blocks | lru | best agentrt | best | pbkv-ta | oracle | belady-held | "
+           "belady | oracle below held (pts) | best / oracle | oracle / LRU | best - LRU (pts) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+           "| ---: |"]
     for row in rows:
         r = row["results"]
         best, b, of_oracle, headroom, gain = verdict(row)
         out.append(f"| {row['workload']} | {row['tool_scale']:g} | {row['concurrency']} | "
                    f"{row['capacity_factor']:g} | {row['gpu_blocks']:,} | {100 * r['lru']['hit_rate']:.1f} | "
                    f"{best} | {100 * b:.1f} | {100 * r['pbkv-ta']['hit_rate']:.1f} | "
-                   f"{100 * r['oracle']['hit_rate']:.1f} | {100 * r['belady']['hit_rate']:.1f} | "
+                   f"{100 * r['oracle']['hit_rate']:.1f} | {pct_of(r.get('belady-held'))} | "
+                   f"{100 * r['belady']['hit_rate']:.1f} | {_pts(below_held(row))} | "
                    f"{of_oracle:.2f} | {headroom:.2f} | {gain:+.1f} |")
     inscope = [row for row in rows if verdict(row)[3] >= 1.3]
     reached = [row for row in inscope if verdict(row)[2] >= 0.95]
     below = [row for row in rows if verdict(row)[4] < -0.5]
     ta_below = [row for row in rows
                 if 100 * (row["results"]["pbkv-ta"]["hit_rate"] - row["results"]["lru"]["hit_rate"]) < -0.5]
+    gaps = sorted(g for g in map(below_held, rows) if g is not None)
+    of_held = sorted(verdict(row)[1] / row["results"]["belady-held"]["hit_rate"] for row in rows
+                     if (row["results"].get("belady-held") or {}).get("hit_rate"))
+    above = [g for g in gaps if g < 0]
+    held = (f"Against `belady-held` ({len(gaps)} regimes; the bound of the LRU replay's stream), the "
+            f"oracle is at most {gaps[-1]:.1f} points below it (median {gaps[len(gaps) // 2]:.1f})"
+            + (f" and above it in {len(above)} (by up to {-above[0]:.1f} points: its own run orders "
+               "the calls differently)" if above else "")
+            + f"; the best agentrt policy reaches {of_held[0]:.2f}-{of_held[-1]:.2f} of it. " if gaps else "")
     summary = (f"\n{len(rows)} regimes. Where the oracle reaches at least 1.3x LRU ({len(inscope)} regimes), "
-               f"the best agentrt policy reaches at least 0.95x the oracle in {len(reached)}. "
+               f"the best agentrt policy reaches at least 0.95x the oracle in {len(reached)}. {held}"
                f"Regimes where the best agentrt policy is more than 0.5 points below LRU: {len(below)}; "
                f"where pbkv-ta is: {len(ta_below)}.\n")
     return "\n".join(out) + "\n" + summary
+
+
+def pct_of(r: dict | None) -> str:
+    return "-" if not r or r.get("hit_rate") is None else f"{100 * r['hit_rate']:.1f}"
+
+
+def _pts(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
 
 
 def main() -> None:

@@ -113,6 +113,21 @@ def test_lru_below_belady_held_below_belady_below_infinite(calls, gpu_blocks):
     assert non_oversize_hits <= held.hit_tokens <= bel.hit_tokens <= inf.hit_tokens
 
 
+@settings(max_examples=40, deadline=None)
+@given(traces(), st.integers(4, 40))
+def test_the_oracle_stays_below_belady_held_on_its_own_stream(calls, gpu_blocks):
+    """belady-held bounds the run it was computed from. The oracle's run orders calls its own way
+    (its hits shorten prefills), so it can pass the bound of LRU's stream (the regime sweep shows
+    it by up to 0.6 points) but never the bound of its own."""
+    from agentrt.policies.oracle import FutureUses, OraclePolicy
+    cfg = EngineConfig(preset=get_preset("llama3.1-8b-h100"), block_size=BS, gpu_blocks=gpu_blocks)
+    lru = Simulator(cfg, LRUPolicy(), iter(calls), record_stream=True)
+    lru.run()
+    oracle = Simulator(cfg, OraclePolicy(FutureUses(calls, lru.admitted, BS)), iter(calls), record_stream=True)
+    m = oracle.run()
+    assert m.gpu_hit_tokens <= held_belady_bound(oracle.stream, oracle.holds, BS, gpu_blocks).hit_tokens
+
+
 # ---------------------------------------------------------------- belady-held (bounds/held.py)
 
 def held_brute_force(stream, holds, cap):
