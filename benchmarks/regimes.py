@@ -110,7 +110,7 @@ def table(rows: list[dict]) -> str:
                    f"{row['capacity_factor']:g} | {row['gpu_blocks']:,} | {100 * r['lru']['hit_rate']:.1f} | "
                    f"{best} | {100 * b:.1f} | {100 * r['pbkv-ta']['hit_rate']:.1f} | "
                    f"{100 * r['oracle']['hit_rate']:.1f} | {pct_of(r.get('belady-held'))} | "
-                   f"{100 * r['belady']['hit_rate']:.1f} | {_pts(below_held(row))} | "
+                   f"{100 * r['belady']['hit_rate']:.1f} | {pts_of(below_held(row))} | "
                    f"{of_oracle:.2f} | {headroom:.2f} | {gain:+.1f} |")
     inscope = [row for row in rows if verdict(row)[3] >= 1.3]
     reached = [row for row in inscope if verdict(row)[2] >= 0.95]
@@ -134,10 +134,12 @@ def table(rows: list[dict]) -> str:
 
 
 def pct_of(r: dict | None) -> str:
+    """A run's hit rate in percent ("-" where the run has no such result)."""
     return "-" if not r or r.get("hit_rate") is None else f"{100 * r['hit_rate']:.1f}"
 
 
-def _pts(x: float | None) -> str:
+def pts_of(x: float | None) -> str:
+    """Points, one decimal ("-" where there is no figure)."""
     return "-" if x is None else f"{x:.1f}"
 
 
