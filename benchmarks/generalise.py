@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from regimes import AGENTRT, POLICIES, below_held, run, verdict  # noqa: E402
+from regimes import AGENTRT, POLICIES, below_held, held_rate, run, verdict  # noqa: E402
 from results import DOCS, check_counts, sweep_flags, write  # noqa: E402
 
 from agentrt.workloads.randomapp import draw_app  # noqa: E402
@@ -69,8 +69,7 @@ def summary(rows: list[dict]) -> str:
     reached = [row for row in inscope if verdict(row)[2] >= 0.95]
     ta_reached = [row for row in inscope if share("pbkv-ta", row) >= 0.95]
     gaps = sorted(g for g in map(below_held, rows) if g is not None)
-    of_held = sorted(row["results"]["pbkv-ta"]["hit_rate"] / row["results"]["belady-held"]["hit_rate"]
-                     for row in rows if (row["results"].get("belady-held") or {}).get("hit_rate"))
+    of_held = sorted(row["results"]["pbkv-ta"]["hit_rate"] / held_rate(row) for row in rows if held_rate(row))
     held = (f" Against `belady-held` ({len(gaps)} runs; the bound of the LRU replay's stream), the oracle "
             f"is {gaps[0]:.1f} to {gaps[-1]:.1f} points below it (median {statistics.median(gaps):.1f}; "
             f"a negative figure: the oracle's own run, which orders calls differently, passed it) and "

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import DOCS, sweep_flags, write  # noqa: E402
+from results import DOCS, pct, sweep_flags, write  # noqa: E402
 
 WORKLOADS = ["coding", "swebench", "gaia", "hover", "financebench", "humaneval", "mtbench", "mmlu",
              "gsm8k", "mix"]
@@ -90,12 +90,16 @@ def verdict(row: dict) -> tuple[str, float, float, float, float]:
     return best, b, b / orc if orc else 1.0, orc / lru if lru else float("inf"), 100 * (b - lru)
 
 
+def held_rate(row: dict) -> float | None:
+    """The row's `belady-held` hit rate (None where the run has no such bound: runs from before
+    it existed)."""
+    return (row["results"].get("belady-held") or {}).get("hit_rate")
+
+
 def below_held(row: dict) -> float | None:
-    """Points by which the oracle's hit rate is below `belady-held`'s (None where the row has no
-    such bound: runs from before it existed)."""
-    r = row["results"]
-    held = (r.get("belady-held") or {}).get("hit_rate")
-    return None if held is None else 100 * (held - r["oracle"]["hit_rate"])
+    """Points by which the oracle's hit rate is below `belady-held`'s (None without the bound)."""
+    held = held_rate(row)
+    return None if held is None else 100 * (held - row["results"]["oracle"]["hit_rate"])
 
 
 def table(rows: list[dict]) -> str:
@@ -109,7 +113,7 @@ def table(rows: list[dict]) -> str:
         out.append(f"| {row['workload']} | {row['tool_scale']:g} | {row['concurrency']} | "
                    f"{row['capacity_factor']:g} | {row['gpu_blocks']:,} | {100 * r['lru']['hit_rate']:.1f} | "
                    f"{best} | {100 * b:.1f} | {100 * r['pbkv-ta']['hit_rate']:.1f} | "
-                   f"{100 * r['oracle']['hit_rate']:.1f} | {pct_of(r.get('belady-held'))} | "
+                   f"{100 * r['oracle']['hit_rate']:.1f} | {pct(held_rate(row))} | "
                    f"{100 * r['belady']['hit_rate']:.1f} | {pts_of(below_held(row))} | "
                    f"{of_oracle:.2f} | {headroom:.2f} | {gain:+.1f} |")
     inscope = [row for row in rows if verdict(row)[3] >= 1.3]
@@ -118,8 +122,7 @@ def table(rows: list[dict]) -> str:
     ta_below = [row for row in rows
                 if 100 * (row["results"]["pbkv-ta"]["hit_rate"] - row["results"]["lru"]["hit_rate"]) < -0.5]
     gaps = sorted(g for g in map(below_held, rows) if g is not None)
-    of_held = sorted(verdict(row)[1] / row["results"]["belady-held"]["hit_rate"] for row in rows
-                     if (row["results"].get("belady-held") or {}).get("hit_rate"))
+    of_held = sorted(verdict(row)[1] / held_rate(row) for row in rows if held_rate(row))
     above = [g for g in gaps if g < 0]
     held = (f"Against `belady-held` ({len(gaps)} regimes; the bound of the LRU replay's stream), the "
             f"oracle is at most {gaps[-1]:.1f} points below it (median {gaps[len(gaps) // 2]:.1f})"
@@ -131,11 +134,6 @@ def table(rows: list[dict]) -> str:
                f"Regimes where the best agentrt policy is more than 0.5 points below LRU: {len(below)}; "
                f"where pbkv-ta is: {len(ta_below)}.\n")
     return "\n".join(out) + "\n" + summary
-
-
-def pct_of(r: dict | None) -> str:
-    """A run's hit rate in percent ("-" where the run has no such result)."""
-    return "-" if not r or r.get("hit_rate") is None else f"{100 * r['hit_rate']:.1f}"
 
 
 def pts_of(x: float | None) -> str:

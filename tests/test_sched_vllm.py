@@ -310,13 +310,8 @@ async def _cached_by_priority(base: str, priorities: list[int], attempt: int) ->
 
     async with httpx.AsyncClient(timeout=300) as client:
         b = asyncio.ensure_future(blocker(client))
-        deadline = time.monotonic() + 120
-        while await _gauge(client, base, "vllm:num_requests_running") < 1:   # the blocker runs
-            if b.done():        # it ran and finished between two reads of the gauge: try again
-                await b
-                return None
-            assert time.monotonic() < deadline, "the blocking request never ran"
-            await asyncio.sleep(0.01)
+        if not await blocker_running(client, base, b):
+            return None
         tasks = []
         for p in priorities:
             tasks.append(asyncio.ensure_future(one(client, p)))
@@ -331,6 +326,20 @@ async def _cached_by_priority(base: str, priorities: list[int], attempt: int) ->
                 await asyncio.sleep(0.02)
         await asyncio.gather(b, *tasks)
     return cached if queued else None
+
+
+async def blocker_running(client, base: str, blocker: asyncio.Future, timeout_s: float = 120) -> bool:
+    """Wait until vLLM's gauge shows the blocking request running; False when it ran and finished
+    between two reads of the gauge (a busy machine answers /metrics slowly): the caller's
+    precondition failed and it tries again."""
+    deadline = time.monotonic() + timeout_s
+    while await _gauge(client, base, "vllm:num_requests_running") < 1:
+        if blocker.done():
+            await blocker
+            return False
+        assert time.monotonic() < deadline, "the blocking request never ran"
+        await asyncio.sleep(0.005)
+    return True
 
 
 async def _gauge(client, base: str, name: str) -> float:

@@ -13,13 +13,12 @@ cache, the simulator's default) gives B none.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from agentrt.sched.base import Scheduler
 from test_sched_admission import call, finish, sim_of
-from test_sched_vllm import _gauge
+from test_sched_vllm import _gauge, blocker_running
 from vllm_support import requires_vllm
 
 BUDGET = 256                      # tokens per step (vLLM's --max-num-batched-tokens)
@@ -54,13 +53,8 @@ async def _cached_tokens(base: str, attempt: int) -> dict[str, int] | None:
 
     async with httpx.AsyncClient(timeout=300) as client:
         blocker = asyncio.ensure_future(one(client, "blocker"))
-        deadline = time.monotonic() + 120
-        while await _gauge(client, base, "vllm:num_requests_running") < 1:
-            if blocker.done():  # it ran and finished between two reads of the gauge (a busy
-                await blocker   # machine answers /metrics slowly): the precondition failed
-                return None
-            assert time.monotonic() < deadline, "the blocker never ran"
-            await asyncio.sleep(0.005)
+        if not await blocker_running(client, base, blocker):
+            return None
         a = asyncio.ensure_future(one(client, "a"))
         await asyncio.sleep(0.01)                         # A is ahead of B in the queue
         b = asyncio.ensure_future(one(client, "b"))

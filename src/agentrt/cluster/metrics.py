@@ -111,5 +111,4 @@ def cluster_metrics(sim) -> ClusterMetrics:
                           router_state=sim.router.state_size(), placement=sim.placement,
                           orders=[s.admitted for s in sim.sims] if sim.placement is not None else None,
                           stream=sim.stream, holds=sim.holds,
-                          stream_at=sim.stream_at if sim.stream is not None else None,
-                          holds_at=sim.holds_at if sim.stream is not None else None)
+                          stream_at=sim.stream_at, holds_at=sim.holds_at)

@@ -94,8 +94,8 @@ class ClusterSimulator:
         self.views: list[SimReplicaView] = []
         self.stream: list | None = [] if record_stream else None
         self.holds: list | None = [] if record_stream else None
-        self.stream_at: list[int] = []
-        self.holds_at: list[int] = []
+        self.stream_at: list[int] | None = [] if record_stream else None
+        self.holds_at: list[int] | None = [] if record_stream else None
         for i in range(n_replicas):
             feed = Feed(i, self.replay, self._finished)
             sim = Simulator(config, make_policy(), iter(()), arrivals=feed, tool_hints=tool_hints,
