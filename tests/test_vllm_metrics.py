@@ -237,6 +237,10 @@ def test_metrics_on_vllms_own_endpoint(vllm_servers, vllm_log_dir):
     assert value(after, "agentrt_connector_mirrored_blocks", **lab) > 0
     assert value(after, "agentrt_connector_reorders_total", **lab) > 0      # pbkv-lae orders the queue
     assert value(after, "agentrt_connector_runtime_seconds_total", **lab) > 0   # it observed events
+    # the connector's whole cost: every hook, the runtime's and reorder time included
+    assert d("agentrt_connector_steps_total") > 0
+    hook = value(after, "agentrt_connector_hook_seconds_total", **lab)
+    assert hook >= value(after, "agentrt_connector_runtime_seconds_total", **lab) > 0
     exported = {n for n, _ in after}
     for m in METRICS:
         assert m.name + ("_total" if m.kind == "counter" else "") in exported, m.name

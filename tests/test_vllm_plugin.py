@@ -124,3 +124,63 @@ def test_real_server_runs_a_policy_with_the_connector_named_only(vllm_servers, v
     fin = [f for f in read_events(str(log), "finish") if f["workflow"] == "wf-plugin"]
     assert [f["agent"] for f in fin] == ["planner", "coder", "planner"] and fin[-1]["end"]
     assert not read_events(str(log), "error")
+    # the OpenMP threads were bound as stock vLLM binds them (no extra reserved core)
+    from pathlib import Path
+    text = Path(srv.log_path).read_text()
+    assert "CPU threads bound as stock vLLM" in text
+    assert "reserve_cpu_num=1" in text and "reserve_cpu_num=2" not in text
+
+
+def _omp_reservation(kv, env: dict) -> int:
+    """vLLM's own OMPProcessManager, with the plugin's wrapper, on a config carrying `kv`."""
+    code = textwrap.dedent(f"""
+        import json, os, types
+        from vllm.config.kv_transfer import KVTransferConfig
+        from agentrt.vllm import cpu_binding
+        assert cpu_binding.install() and cpu_binding.install()
+        from vllm.utils.ompmultiprocessing import OMPProcessManager
+        kv = {kv!r}
+        cfg = types.SimpleNamespace(
+            parallel_config=types.SimpleNamespace(local_world_size=1, data_parallel_rank_local=None,
+                                                  _api_process_count=1),
+            kv_transfer_config=None if kv is None else KVTransferConfig(**kv))
+        print("RESULT", OMPProcessManager(cfg).reserve_cpu_num)
+    """)
+    import os
+    full = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_NUM_OF_RESERVED_CPU"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**full, **env})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return int(next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")).split()[1])
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_cpu_binding_as_stock_with_the_agentrt_connector_only():
+    """vLLM reserves one more core whenever any connector is set; with AgentRTConnector the
+    wrapper binds as stock vLLM does, unless the user set the reservation or asked for vLLM's."""
+    ours = {"kv_connector": "AgentRTConnector", "kv_role": "kv_producer"}
+    stock = _omp_reservation(None, {})
+    assert _omp_reservation(ours, {}) == stock
+    assert _omp_reservation({**ours, "kv_connector_module_path": "agentrt.vllm.connector"}, {}) == stock
+    assert _omp_reservation({**ours, "kv_connector_extra_config": {"cpu_binding": "vllm"}}, {}) == stock + 1
+    other = {"kv_connector": "ExampleConnector", "kv_role": "kv_both"}
+    assert _omp_reservation(other, {}) == stock + 1        # other connectors: vLLM's rule
+    assert _omp_reservation(ours, {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}) == 0   # the user's wins
+
+
+def test_cpu_binding_rule_without_vllm():
+    from types import SimpleNamespace as NS
+
+    from agentrt.vllm.cpu_binding import keeps_stock_binding
+    kv = NS(kv_connector="AgentRTConnector", kv_connector_module_path=None, kv_connector_extra_config={})
+    assert keeps_stock_binding(NS(kv_transfer_config=kv), {})
+    assert not keeps_stock_binding(NS(kv_transfer_config=kv), {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"})
+    assert not keeps_stock_binding(NS(kv_transfer_config=None), {})
+    kv.kv_connector_module_path = "someone.else"
+    assert not keeps_stock_binding(NS(kv_transfer_config=kv), {})
+    kv.kv_connector_module_path, kv.kv_connector_extra_config = None, {"cpu_binding": "vllm"}
+    assert not keeps_stock_binding(NS(kv_transfer_config=kv), {})
+    from agentrt.vllm.config import ConnectorConfig
+    with pytest.raises(ValueError, match="cpu_binding"):
+        ConnectorConfig.from_extra({"cpu_binding": "fast"})

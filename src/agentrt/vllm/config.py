@@ -34,6 +34,9 @@ Keys of `kv_connector_extra_config` (all optional):
                     plus its running requests' blocks) has its blocks evicted before any other
                     tenant's (the `fair` scheduler's KV shares; `vllm/tenants.py`). Unnamed
                     tenants weigh 1. Works with every policy, `lru` included
+    cpu_binding     "stock" (default) or "vllm": on the CPU, bind vLLM's threads as stock vLLM
+                    does (vLLM reserves an extra core for any connector's transfer threads, which
+                    this connector does not have; `cpu_binding.py`), or keep vLLM's rule
     fail_after      test hook: the hosted runtime raises after this many events
 Unknown keys are an error in the connector's log (reported once) and otherwise ignored.
 """
@@ -64,6 +67,7 @@ class ConnectorConfig:
     max_workflows: int | None = 65536
     max_workflows_per_tenant: int | None = 8192
     tenant_shares: bool | str | dict = False
+    cpu_binding: str = "stock"
     fail_after: int | None = None
 
     @classmethod
@@ -92,6 +96,9 @@ class ConnectorConfig:
                     raise ValueError(f"{name} must be >= 1 (or null: no cap), got {v}")
                 setattr(cfg, name, v)
         cfg.share_weights()                     # a bad weight fails here
+        from agentrt.vllm.cpu_binding import BINDINGS
+        if cfg.cpu_binding not in BINDINGS:
+            raise ValueError(f"cpu_binding must be one of {', '.join(BINDINGS)}, got {cfg.cpu_binding!r}")
         return cfg, unknown
 
     def share_weights(self) -> dict[str, float] | None:

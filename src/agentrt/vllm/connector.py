@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
@@ -63,18 +64,22 @@ class AgentRTMetadata(KVConnectorMetadata):
 
 
 def _guarded(default):
-    """Run a scheduler hook against the hosted runtime; any exception switches the runtime off."""
+    """Run a scheduler hook against the hosted runtime; any exception switches the runtime off.
+    The hook's time is added to the runtime's `hook_time` (the connector's cost per step)."""
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(self, *args, **kwargs):
             h = self._hosted
             if h is None or h.failed:
                 return default()
+            t0 = perf_counter()
             try:
                 return fn(self, h, *args, **kwargs)
             except Exception as e:  # noqa: BLE001 - never raise into vLLM
                 h.fail(fn.__name__, e)
                 return default()
+            finally:
+                h.hook_time.add(perf_counter() - t0)
         return wrapper
     return deco
 
@@ -150,10 +155,13 @@ class AgentRTConnector(KVConnectorBase_V1):
         h = self._hosted
         plan = None
         if h is not None:
+            h.steps += 1
+            t0 = perf_counter()
             try:
                 plan = h.end_step()
             except Exception as e:  # noqa: BLE001
                 h.fail("end_step", e)
+            h.hook_time.add(perf_counter() - t0)
         if plan is None:
             return AgentRTMetadata()
         return AgentRTMetadata(plan.saves, plan.loads)
@@ -192,7 +200,10 @@ class AgentRTConnector(KVConnectorBase_V1):
         h, rep = self._hosted, self._reporter
         if h is None or rep is None:
             return None                      # workers report nothing
+        t0 = perf_counter()
         try:
+            if not rep.due(h.change_marker(), t0):
+                return None
             return rep.take(h.stats())
         except Exception as e:  # noqa: BLE001 - metrics never change what the engine does
             if not rep.broken:
@@ -200,6 +211,8 @@ class AgentRTConnector(KVConnectorBase_V1):
                 log.exception("agentrt: connector metrics off (%r)", e)
                 self.elog.write("error", where="get_kv_connector_stats", error=repr(e))
             return None
+        finally:
+            h.hook_time.add(perf_counter() - t0)
 
     @classmethod
     def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> "KVConnectorStats | None":
@@ -219,6 +232,13 @@ class AgentRTConnector(KVConnectorBase_V1):
             return None
 
     # =============================================================== worker side
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        # Without a host tier the worker has nothing to do with a step's metadata; left unbound,
+        # vLLM's per-attention-layer wrapper (maybe_transfer_kv_layer) returns before calling
+        # wait_for_layer_load and save_kv_layer on every layer of every step.
+        if self.cfg.host_blocks > 0:
+            super().bind_connector_metadata(connector_metadata)
+
     def register_kv_caches(self, kv_caches: dict) -> None:
         if self.cfg.host_blocks <= 0:
             return

@@ -95,6 +95,8 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         self._next_sweep = cfg.sweep_interval_s
         self._events = 0
         self.runtime_time = Stopwatch()   # the runtime's observe, act and sweep (not reordering)
+        self.hook_time = Stopwatch()      # all of the connector's scheduler-side hooks (connector.py)
+        self.steps = 0                    # scheduler steps (build_connector_meta calls)
         self.host = HostTier(cfg.host_blocks, self._score) if cfg.host_blocks > 0 else None
         self._plans: dict[str, tuple[int, list[bytes]]] = {}   # request -> (first block, host keys)
         self.counts = {"arrived": 0, "finished": 0, "evicted": 0, "demoted": 0, "host_hit_blocks": 0,

@@ -114,6 +114,11 @@ METRICS: tuple[MetricDef, ...] = (
               sources=(_k("policy_tenants_over_level"),)),
     MetricDef("runtime_seconds", "counter", "Time spent in the runtime's observe, act and sweep "
               "(in vLLM's scheduler process; reordering not included)", sources=(_k("runtime_s"),)),
+    MetricDef("hook_seconds", "counter", "Time spent in all of the connector's scheduler-side hooks "
+              "(arrivals, lookups, allocations, finishes, the per-step work with its reorders and "
+              "actions, this report): the connector's whole cost in vLLM's scheduler process; "
+              "divided by steps, its cost per step", sources=(_k("hook_s"),)),
+    MetricDef("steps", "counter", "Scheduler steps the connector saw", sources=(_k("steps"),)),
 )
 
 
@@ -155,11 +160,27 @@ class AgentRTStats(KVConnectorStats):
         return not self.data[COUNTERS] and not self.data[GAUGES]
 
 
+QUIET_S = 1.0   # with only the timing moved, a report at most this often (seconds)
+
+
 @dataclass(slots=True)
 class StatsReporter:
-    """Scheduler side: each call reports what moved since the previous one (all gauges at first)."""
+    """Scheduler side: each call reports what moved since the previous one (all gauges at first).
+
+    vLLM asks every step. `due` keeps that cheap: the stats are built only when the hosted
+    runtime's change marker moved (an event, a count, a reorder) or `QUIET_S` has passed, so a
+    decode step that changed nothing costs a tuple comparison, and the step and hook-time
+    counters, which move every step, ride along with other reports or go once a second."""
     last: dict | None = None
     broken: bool = False        # set by the connector once `take` raised: metrics stay frozen
+    marker: object = None
+    at: float = float("-inf")
+
+    def due(self, marker: object, now: float) -> bool:
+        if marker == self.marker and now - self.at < QUIET_S:
+            return False
+        self.marker, self.at = marker, now
+        return True
 
     def take(self, stats: dict) -> AgentRTStats | None:
         if self.broken:

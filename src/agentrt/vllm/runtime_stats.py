@@ -29,6 +29,16 @@ class RuntimeStats:
             self.fail("policy.stats", exc)
             return {}
 
+    def change_marker(self) -> tuple:
+        """Moves whenever a figure of `stats()` other than the timing and step counts may have:
+        every runtime event, count, reorder, host-tier copy and failure (cheap: once per step).
+        kv_hints counts move only with an arrival, which the counts cover; the policy's own
+        figures only with events and reorders."""
+        host = self.host.stats if self.host is not None else None
+        return (self._events, sum(self.counts.values()), len(self.mirror), self.failed,
+                self.orderer.stats.runs if self.orderer is not None else 0,
+                (host.saved, host.loaded, host.dropped, host.skipped) if host is not None else None)
+
     def stats(self) -> dict:
         own = self._policy_stats() if not self.failed else {}
         out = dict(self.counts, mirrored=len(self.mirror), failed=self.failed,
@@ -36,7 +46,9 @@ class RuntimeStats:
                    live_workflows=len(self.runtime.workflows),
                    workflows_capped=self.runtime.forced_ends,
                    workflows_silenced=self.runtime.silent_ends, runtime_s=round(self.runtime_time.seconds, 4),
-                   runtime_max_s=round(self.runtime_time.max_seconds, 5), **self.hint_counts.as_dict(), **own)
+                   runtime_max_s=round(self.runtime_time.max_seconds, 5),
+                   hook_s=round(self.hook_time.seconds, 4), hook_max_s=round(self.hook_time.max_seconds, 5),
+                   steps=self.steps, **self.hint_counts.as_dict(), **own)
         if self.orderer is not None:
             st = self.orderer.stats
             out.update(reorders=st.runs, relinks=st.relinks, moved=st.moved, scored=st.scored,

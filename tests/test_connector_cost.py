@@ -1,0 +1,84 @@
+"""The connector's end-to-end cost against stock vLLM (`agentrt.enginebench.connector_cost`).
+
+Unit tests of the summaries and the variants, and the short CI version of
+`benchmarks/connector_cost.py`: vLLM's own benchmark client replays the start of Mooncake's
+conversation trace at a loaded rate against stock vLLM and against AgentRTConnector with `lru`,
+and the connector may not lose more than `MARGIN` on throughput, mean TTFT or mean TPOT. Before
+the connector kept stock vLLM's CPU binding it lost 20-30% here (docs/vllm.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrt.enginebench.connector_cost import (
+    Load, Variant, loss, run_once, stock_reservation, summarize, variant, versus_stock,
+)
+from agentrt.enginebench.vllm_client import TimedTrace, summary
+from conftest import MOONCAKE_CONV, needs_shared
+from vllm_support import requires_vllm
+
+MARGIN = 0.12      # a short run on a shared 2-core machine varies by several percent
+
+
+def _run(thr, ttft, tpot, e2e=1.0, dur=10.0, hook=None):
+    r = {"request_throughput": thr, "mean_ttft_s": ttft, "mean_tpot_ms": tpot, "mean_e2el_s": e2e,
+         "duration": dur}
+    if hook is not None:
+        r["connector"] = {"hook_s": hook, "steps": 1000, "reorder_s": 0.0, "runtime_s": 0.0,
+                          "hook_us_per_step": hook * 1e3}
+    return r
+
+
+def test_summaries_medians_ranges_and_cost_against_stock():
+    stock = summarize([_run(2.0, 10, 10), _run(2.2, 12, 11), _run(1.8, 11, 12)])
+    assert stock["median"]["request_throughput"] == 2.0
+    assert stock["range"]["mean_ttft_s"] == [10, 12]
+    conn = summarize([_run(1.5, 15, 12, hook=0.5), _run(1.6, 14, 12, hook=0.3)])
+    assert conn["median"]["hook_us_per_step"] == pytest.approx(400.0)
+    assert conn["median"]["hook_share_of_run"] == pytest.approx(0.04)
+    vs = versus_stock({"stock": stock, "lru": conn})["lru"]
+    assert vs["request_throughput"] == pytest.approx(1.55 / 2.0)
+    assert loss(vs) == pytest.approx(14.5 / 11 - 1)       # the worst of the three
+    assert loss({"request_throughput": 1.01, "mean_ttft_s": 0.99, "mean_tpot_ms": 1.0}) == 0.0
+
+
+def test_client_summary_in_seconds():
+    raw = {"duration": 5.0, "completed": 3, "failed": 0, "request_throughput": 0.6,
+           "mean_ttft_ms": 250.0, "p99_e2el_ms": 4000.0, "mean_tpot_ms": 12.5, "other": 1}
+    s = summary(raw)
+    assert s["mean_ttft_s"] == 0.25 and s["p99_e2el_s"] == 4.0 and s["mean_tpot_ms"] == 12.5
+    assert "other" not in s and "mean_ttft_ms" not in s
+
+
+@requires_vllm
+def test_variants_by_name():
+    assert variant("stock").kv is None and not variant("stock").agentrt
+    noop = variant("noop")
+    assert noop.kv["kv_connector"] == "NoopConnector" and not noop.env
+    assert variant("noop-stock-binding").env == {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(stock_reservation())}
+    ours = variant("pbkv-ta")
+    assert ours.agentrt and ours.kv["kv_connector_extra_config"]["policy"] == "pbkv-ta"
+    old = variant("lru-vllm-binding")
+    assert old.kv["kv_connector_extra_config"] == {"policy": "lru", "cpu_binding": "vllm"}
+    with pytest.raises(Exception, match="nosuch"):
+        variant("nosuch")
+
+
+@requires_vllm
+@needs_shared
+@pytest.mark.slow
+def test_connector_with_lru_costs_about_nothing_against_stock(tiny_model, tmp_path):
+    """Stock vLLM and the connector with `lru` on the same loaded replay, with vLLM's client; the
+    pair is run twice (stock, lru, stock, lru) and the medians compared."""
+    trace = TimedTrace(str(MOONCAKE_CONV), num_prompts=80, sec_multiplier=0.0005, chunk=16)
+    load = Load("loaded", 0.0005, 200)
+    runs: dict[str, list] = {"stock": [], "lru": []}
+    for i in range(2):
+        for v in (Variant("stock"), variant("lru")):
+            runs[v.name].append(run_once(v, load, trace, tiny_model, tmp_path, i))
+    for rs in runs.values():
+        assert all(r["completed"] == 80 and not r["failed"] for r in rs)
+    assert all(r["connector"]["steps"] > 0 and r["connector"]["hook_s"] > 0 for r in runs["lru"])
+    vs = versus_stock({k: summarize(v) for k, v in runs.items()})["lru"]
+    assert loss(vs) <= MARGIN, (vs, runs)
