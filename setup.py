@@ -45,6 +45,10 @@ EXTRAS = {
     "ray": ["ray[serve]==2.60.0"],
     # Notebook use of the Python API (agentrt.simulate(...).to_frame()).
     "pandas": ["pandas>=2"],
+    # The GraphSAGE and R-GCN workflow predictors (agentrt.predict.neural; PBKV's default
+    # predictor). Without it `agentrt serve`, the connector and the bench run, and PBKV policies
+    # train the Markov predictor instead (policies/pbkv.py).
+    "gnn": ["torch_geometric==2.8.1"],
 }
 
 setup(extras_require=EXTRAS)

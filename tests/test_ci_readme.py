@@ -19,10 +19,10 @@ spec.loader.exec_module(rc)
 def test_readme_set_up_lines():
     lines = rc.setup_lines((ROOT / "README.md").read_text())
     assert set(lines) == {"main", "test"}
-    assert lines["main"].startswith("python3 -m venv .venv && . .venv/bin/activate && pip install -e . ")
+    assert lines["main"].startswith('python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[gnn]" ')
     assert lines["main"].endswith("agentrt bench")
     test = lines["test"]
-    assert 'pip install -e ".[test,serve,vllm,frameworks,ray]"' in test and test.endswith("&& pytest")
+    assert 'pip install -e ".[test,serve,vllm,frameworks,ray,gnn]"' in test and test.endswith("&& pytest")
     assert "uninstall" not in test, "the set-up needs no manual step (cpu-stubs/ does that job)"
 
 

@@ -221,11 +221,11 @@ def _plain_warnings() -> None:
     import warnings
 
     from agentrt.bench.source import BenchWarning
-    from agentrt.errors import TraceWarning
+    from agentrt.errors import SetupWarning, TraceWarning
     show = warnings.showwarning
 
     def _show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, (BenchWarning, TraceWarning)):
+        if issubclass(category, (BenchWarning, TraceWarning, SetupWarning)):
             print(f"warning: {message}", file=sys.stderr)
         else:
             show(message, category, filename, lineno, file, line)

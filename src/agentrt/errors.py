@@ -33,3 +33,8 @@ def unknown_name(kind: str, name: str, valid: list[str]) -> AgentrtError:
 
 class TraceWarning(UserWarning):
     """A trace that reads, with a caveat the user should see (the CLI prints it as `warning: ...`)."""
+
+
+class SetupWarning(UserWarning):
+    """An optional dependency is missing and a documented fallback runs instead (the CLI prints it
+    as `warning: ...`)."""

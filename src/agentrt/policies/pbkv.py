@@ -18,6 +18,9 @@ Model (after the PBKV paper)
   (1 - E) p + E q, q ~ Dirichlet(1), seeded; E = 1 is pure noise.
 The predictor is any `WorkflowPredictor` (agentrt.predict); without one (or untrained) every
 active block scores 0, so `pbkv-he` degrades exactly to `pbkv-lae`.
+Without torch_geometric (the `gnn` extra) a policy asked to train a GraphSAGE or R-GCN predictor
+says so (`SetupWarning`) and trains the Markov predictor instead (PBKV-TA also keeps its
+online forecasts, pbkv_time.py).
 """
 
 from __future__ import annotations
@@ -99,15 +102,30 @@ class PBKVHEPolicy(PBKVLAEPolicy):
         self._index = {a: i for i, a in enumerate(predictor.agents)}
         self._weights = self.gamma ** np.arange(predictor.horizon)
 
+    def _kind(self) -> str:
+        """The predictor kind to train: the one asked for, or markov without torch_geometric."""
+        from agentrt.predict.io import GNN_INSTALL, NEURAL_KINDS, gnn_missing
+        missing = gnn_missing() if self.predictor_kind in NEURAL_KINDS else None
+        if missing is None:
+            return self.predictor_kind
+        import warnings
+
+        from agentrt.errors import SetupWarning
+        warnings.warn(f"{self.name}: the {self.predictor_kind} predictor needs torch_geometric "
+                      f"({missing} is not installed: {GNN_INSTALL}); {self.name} trains the markov "
+                      f"predictor instead", SetupWarning, stacklevel=3)
+        return "markov"
+
     def train(self, calls, block_size: int = 16) -> None:
         from agentrt.predict.io import train_predictor
         from agentrt.predict.samples import samples_from_calls
+        kind = self._kind()
         samples = samples_from_calls(calls, block_size)
         if not samples:
             return
         opts = {} if self.train_epochs is None else {"epochs": self.train_epochs}
         # the bench already held out its own split; early stopping keeps an internal one
-        predictor, _ = train_predictor(self.predictor_kind, samples, self.horizon, seed=self.seed,
+        predictor, _ = train_predictor(kind, samples, self.horizon, seed=self.seed,
                                        holdout=0.0, **opts)
         self.use_predictor(predictor)
 

@@ -1,10 +1,13 @@
 """Making, training, saving and loading workflow predictors by kind.
 
-Kinds: `graphsage` (default), `rgcn` (agentrt.predict.neural) and `markov`
-(agentrt.predict.markov). A saved predictor is one file: `torch.save` of a plain dict (format tag,
-kind, agents, horizon, config, and the kind's state: counts for markov; G's features and the
-state_dict for the neural kinds; and, from `agentrt train`, the provenance of its training data,
-see agentrt.predict.provenance), read back with `torch.load(weights_only=True)`, so loading
+Kinds: `graphsage` (default), `rgcn` (agentrt.predict.neural, which needs torch_geometric: the
+`gnn` extra, `pip install 'agentrt[gnn]'`) and `markov` (agentrt.predict.markov, numpy only).
+Without torch_geometric the neural kinds raise `AgentrtError` saying how to install it; a policy
+that trains its own predictor falls back instead (`gnn_missing`, policies/pbkv.py).
+A saved predictor is one file: `torch.save` of a plain dict (format tag, kind, agents, horizon,
+config, and the kind's state: counts for markov; G's features and the state_dict for the neural
+kinds; and, from `agentrt train`, the provenance of its training data, see
+agentrt.predict.provenance), read back with `torch.load(weights_only=True)`, so loading
 never runs pickled code. `train_predictor` splits by workflow (seeded), trains on the rest and
 reports per-step top-1 and log loss on the held-out workflows, plus the training time.
 """
@@ -22,6 +25,17 @@ from agentrt.predict.samples import evaluate, split_samples
 FORMAT = "agentrt-predictor/1"
 KINDS = ("graphsage", "markov", "rgcn")
 DEFAULT_KIND = "graphsage"
+NEURAL_KINDS = ("graphsage", "rgcn")
+GNN_INSTALL = "pip install 'agentrt[gnn]'"
+
+
+def gnn_missing() -> str | None:
+    """The module the neural kinds need and cannot import (torch or torch_geometric), or None."""
+    try:
+        from agentrt.predict import neural  # noqa: F401
+    except ModuleNotFoundError as e:
+        return (e.name or "torch_geometric").split(".")[0]
+    return None
 
 
 @dataclass(slots=True)
@@ -50,11 +64,11 @@ def _class(kind: str):
         return MarkovPredictor
     if kind not in KINDS:
         raise unknown_name("predictor kind", kind, list(KINDS))
-    try:
-        from agentrt.predict import neural
-    except ModuleNotFoundError as e:
-        raise AgentrtError(f"predictor kind '{kind}' needs torch and torch_geometric "
-                           f"({e.name} is not installed)") from None
+    missing = gnn_missing()
+    if missing is not None:
+        raise AgentrtError(f"predictor kind '{kind}' needs torch and torch_geometric ({missing} is "
+                           f"not installed: {GNN_INSTALL}), or use --predictor-kind markov")
+    from agentrt.predict import neural
     return neural.GraphSAGEPredictor if kind == "graphsage" else neural.RGCNPredictor
 
 

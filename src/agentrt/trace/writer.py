@@ -9,6 +9,10 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -52,3 +56,30 @@ def write_trace(path: str | Path, header: TraceHeader, calls) -> int:
         for c in calls:
             w.write(c)
         return w.count
+
+
+def temp_beside(out: Path) -> Path:
+    """A new empty file next to `out`, with `out`'s suffix (so `.gz` still means gzip) and the
+    permissions a plain new file gets: write there, then rename over `out` when complete."""
+    while True:
+        tmp = out.with_name(f".{out.stem}.{secrets.token_hex(4)}.part{out.suffix}")
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+
+
+@contextmanager
+def replacing(out: str | Path) -> Iterator[Path]:
+    """A temporary file beside `out` to write to: renamed over `out` when the block completes,
+    removed when it raises, so `out` is never left half-written."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_beside(out)
+    try:
+        yield tmp
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

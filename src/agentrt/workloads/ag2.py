@@ -36,7 +36,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +47,7 @@ from agentrt.errors import AgentrtError
 from agentrt.trace.limits import (MAX_LINE_BYTES, MAX_TIME_MS, MAX_TOKENS, bad_text,
                                   bad_workflow_id, show)
 from agentrt.trace.schema import Call, TraceHeader
-from agentrt.trace.writer import TraceWriter
+from agentrt.trace.writer import TraceWriter, temp_beside
 from agentrt.workloads.base import GenConfig, WorkflowBuilder
 from agentrt.workloads.hashing import BlockHasher
 from agentrt.workloads.tokens import Counter, get_counter
@@ -221,18 +220,6 @@ def _check_bounds(calls: list[Call]) -> None:
             raise LogError(f"{where}: its trace line would be longer than {MAX_LINE_BYTES:,} bytes")
 
 
-def _temp_beside(out: Path) -> Path:
-    """A new empty file next to `out`, with `out`'s suffix (so `.gz` still means gzip) and the
-    permissions a plain new file gets."""
-    while True:
-        tmp = out.with_name(f".{out.stem}.{secrets.token_hex(4)}.part{out.suffix}")
-        try:
-            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-        except FileExistsError:
-            continue
-        return tmp
-
-
 def import_ag2(src: str | Path, out: str | Path, importer: Ag2Importer | None = None) -> ImportResult:
     """Import every log under `src` into the trace `out`; bad files are collected, not fatal.
 
@@ -243,7 +230,7 @@ def import_ag2(src: str | Path, out: str | Path, importer: Ag2Importer | None = 
     res = ImportResult()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_beside(out)
+    tmp = temp_beside(out)
     try:
         with TraceWriter(tmp, imp.header(f"AG2 logs from {src}")) as w:
             for f in files:

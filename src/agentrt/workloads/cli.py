@@ -1,4 +1,5 @@
-"""Workload commands of the `agentrt` CLI: workloads, tools, generate, stats, import ag2.
+"""Workload commands of the `agentrt` CLI: workloads, tools, generate, stats, import ag2 (and,
+from `exchange_cli`, import dynamo, import tracelab, export mooncake).
 
 `agentrt.cli` loads this module and calls `register_commands(app)`. User errors raise
 `AgentrtError`, which the main CLI prints in one line before exiting with status 2; every value
@@ -185,6 +186,9 @@ def register_commands(app: typer.Typer) -> None:
     app.command("generate")(generate)
     app.command("tools")(tools)
     app.command("stats")(stats)
-    imp = typer.Typer(help="Import multi-agent logs as workflow traces.", no_args_is_help=True)
+    imp = typer.Typer(help="Import multi-agent logs and foreign traces as workflow traces.",
+                      no_args_is_help=True)
     imp.command("ag2")(import_ag2_cmd)
+    from agentrt.workloads.exchange_cli import register
+    register(imp, app)
     app.add_typer(imp, name="import")
