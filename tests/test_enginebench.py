@@ -45,6 +45,29 @@ def test_scaling_partial_blocks_outputs_and_clipping():
     assert len(small.render(_call(n=48, out=100))) == 30 and small.clipped == 1
 
 
+def test_live_answers_render_where_later_prompts_carry_them():
+    """A later prompt that lists an earlier call's output ids sends that call's prompt tail and
+    the tokens it generated, at the same positions, so the engine can hit the answer's blocks."""
+    r = Renderer(vocab=4096, trace_block_size=16, scale=0.5)        # 8 tokens per trace block
+    first = _call(hashes=(1, 2, 3), n=40, out=24, output_hash_ids=[10, 11, 12])   # 2.5 blocks + 24
+    p1 = r.render(first)
+    assert len(p1) == 20
+    answer = list(range(100, 112))                                   # 12 generated tokens
+    assert r.record_output(first, p1, answer) == 2     # positions 2 and 3; block 4 needs 8 more
+    later = _call(i=1, hashes=(1, 2, 10, 11, 12, 20), n=96, out=4)
+    p2 = r.render(later)
+    seq = p1 + answer
+    assert p2[:32] == seq[:32]                                       # prompt + answer, as sent back
+    assert r.output_blocks_live == 2 and r.output_blocks_synthetic == 1   # id 12 was not filled
+    # a clipped prompt (positions moved) or live answers off: nothing recorded, stand-ins sent
+    assert r.record_output(first, p1[:-1], answer) == 0
+    off = Renderer(vocab=4096, trace_block_size=16, scale=0.5, live_outputs=False)
+    q1 = off.render(first)
+    assert off.record_output(first, q1, answer) == 0
+    assert off.render(later)[16:24] != answer[4:12]
+    assert off.output_blocks_live == 0 and off.output_blocks_synthetic == 3
+
+
 def test_cut_calls_keeps_whole_workflows_and_tool_calls():
     calls = [_call("a", 0), _call("a", 1), _call("b", 0), _call("b", 1, think_ms=500, after=(0,)),
              _call("c", 0)]

@@ -99,6 +99,7 @@ def bench(
     max_calls: Optional[int] = typer.Option(None, "--max-calls", help="[vllm] replay whole workflows up to this many calls"),
     log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="[vllm] keep server and connector logs here"),
     tenant_shares: bool = typer.Option(True, "--tenant-shares/--no-tenant-shares", help="[vllm] with --scheduler fair, the connector shares the KV pool by tenant (off: priorities only)"),
+    live_outputs: bool = typer.Option(True, "--live-outputs/--no-live-outputs", help="[vllm] a later prompt that carries an earlier answer (the trace's output_hash_ids) sends the tokens the engine generated, as an agent does (off: generated stand-ins, never a hit)"),
 ) -> None:
     """Replay a trace under several policies and print hit rates, TTFT percentiles, end-to-end latency and throughput."""
     from agentrt.bench.report import print_result
@@ -106,7 +107,8 @@ def bench(
         live = [f for f, given in (("--model-size", model_size != "tiny"), ("--vllm-blocks", vllm_blocks != 256),
                                    ("--scale", scale != 0.25), ("--think-scale", think_scale != 1.0),
                                    ("--max-calls", max_calls is not None), ("--log-dir", log_dir is not None),
-                                   ("--no-tenant-shares", not tenant_shares)) if given]
+                                   ("--no-tenant-shares", not tenant_shares),
+                                   ("--no-live-outputs", not live_outputs)) if given]
         if live:
             raise AgentrtError(f"{', '.join(live)}: for --engine vllm only (the simulator would ignore them)")
     spec = bench_spec(trace=trace, workload=workload, policies=policies, engine=engine,
@@ -121,7 +123,7 @@ def bench(
                       transfer_gbps=transfer_gbps, prefix_hold=prefix_hold, cache_at=cache_at)
     if engine == "vllm":
         doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir,
-                          tenant_shares)
+                          tenant_shares, live_outputs)
     else:
         with _progress(quiet) as prog:
             doc = spec.run(progress=_factory(prog))
@@ -131,7 +133,7 @@ def bench(
 
 def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: float,
                 think_scale: float, max_calls: int | None, log_dir: Path | None,
-                tenant_shares: bool = True) -> dict:
+                tenant_shares: bool = True, live_outputs: bool = True) -> dict:
     """`bench --engine vllm`: see agentrt.enginebench.runner. With a scheduler other than fcfs,
     stock vLLM (lru, fcfs) runs first and every policy then runs under the scheduler, its
     priorities carried by vLLM's `--scheduling-policy priority`."""
@@ -153,7 +155,8 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
                               policy_options=o.policy_options,
                               log_dir=str(log_dir) if log_dir else None,
                               scheduler=o.scheduler, scheduler_options=dict(o.scheduler_options),
-                              tool_hints=o.tool_hints, tenant_shares=tenant_shares)
+                              tool_hints=o.tool_hints, tenant_shares=tenant_shares,
+                              live_outputs=live_outputs)
     source, owned = spec.open_source()
     try:
         with _progress(quiet) as prog:

@@ -9,6 +9,9 @@
   temperature 0, and the call's identity in `vllm_xargs` (`agentrt.vllm.identity`).
 - Measured per call: TTFT (request sent -> first streamed token), end-to-end latency, prompt and
   cached tokens from the response's usage. Per workflow: first issue -> last finish.
+- Live answers: with the renderer's `live_outputs` each request asks for its generated token ids
+  (`return_token_ids`), and a finished call's answer is handed to the renderer, so later prompts
+  that carry it (the trace's `output_hash_ids`) send the tokens the engine generated.
 With `priorities` (`priority.py`), each request carries the integer `priority` its scheduler
 gives it at issue (for a vLLM server run with `--scheduling-policy priority`), and the scheduler
 is told of every call's end and every workflow's end.
@@ -49,6 +52,7 @@ class CallResult:
     error: str | None = None
     priority: int | None = None
     tenant: str = "default"
+    generated: list[int] | None = None     # the answer's token ids (live answers only; dropped once used)
 
 
 @dataclass(slots=True)
@@ -84,12 +88,16 @@ def scale_think(calls: list[Call], think_scale: float) -> list[Call]:
 
 async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt: list[int],
                max_tokens: int, tool_call: bool, priority: int | None = None,
-               expected_s: float | None = None) -> CallResult:
-    """One call, streamed; `expected_s`: the tool time it announces (an `agentrt.tool_call` kv_hint)."""
+               expected_s: float | None = None, token_ids: bool = False) -> CallResult:
+    """One call, streamed; `expected_s`: the tool time it announces (an `agentrt.tool_call` kv_hint);
+    `token_ids`: collect the answer's token ids (vLLM's `return_token_ids`)."""
     import httpx
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
             "vllm_xargs": xargs_for(c.workflow, c.agent, c.tenant, c.call, bool(c.last), tool_call)}
+    generated: list[int] | None = [] if token_ids else None
+    if token_ids:
+        body["return_token_ids"] = True
     if expected_s is not None:
         body["kv_transfer_params"] = {"kv_hints": envelope(
             agentrt_actions(tool_call=True, expected_s=expected_s), f"{c.workflow}/{c.call}")}
@@ -110,8 +118,11 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt:
                 if data == "[DONE]":
                     break
                 msg = json.loads(data)
-                if ttft is None and msg.get("choices"):
+                choices = msg.get("choices")
+                if ttft is None and choices:
                     ttft = time.perf_counter() - t0
+                if generated is not None and choices:
+                    generated.extend(choices[0].get("token_ids") or ())
                 if msg.get("usage"):
                     usage = msg["usage"]
     except (httpx.HTTPError, RuntimeError, json.JSONDecodeError) as e:
@@ -122,7 +133,7 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt:
     details = usage.get("prompt_tokens_details") or {}
     return CallResult(c.workflow, c.call, int(usage.get("prompt_tokens", len(prompt))),
                       int(details.get("cached_tokens") or 0), int(usage.get("completion_tokens", 0)),
-                      ttft, lat, priority=priority, tenant=c.tenant)
+                      ttft, lat, priority=priority, tenant=c.tenant, generated=generated)
 
 
 async def replay(base_url: str, model: str, calls: list[Call], renderer: Renderer,
@@ -145,7 +156,7 @@ async def replay(base_url: str, model: str, calls: list[Call], renderer: Rendere
                                    limits=httpx.Limits(max_connections=1024))
     loop = asyncio.get_running_loop()
     start = loop.time()
-    pending: dict[asyncio.Task, Call] = {}
+    pending: dict[asyncio.Task, tuple[Call, list[int]]] = {}
     try:
         while True:
             now = loop.time() - start
@@ -156,10 +167,12 @@ async def replay(base_url: str, model: str, calls: list[Call], renderer: Rendere
                 wait_ms = tools.get((c.workflow, c.call))
                 expected = (tool_hints.estimate(c.workflow, c.call, wait_ms * think_scale * 1e-3)
                             if tool_hints is not None and wait_ms is not None else None)
-                task = asyncio.ensure_future(_one(client, url, model, c, renderer.render(c),
+                prompt = renderer.render(c)
+                task = asyncio.ensure_future(_one(client, url, model, c, prompt,
                                                   renderer.output_tokens(c),
-                                                  wait_ms is not None, prio, expected))
-                pending[task] = c
+                                                  wait_ms is not None, prio, expected,
+                                                  token_ids=renderer.live_outputs and bool(c.output_hash_ids)))
+                pending[task] = (c, prompt)
             nxt = rp.next_arrival()
             if not pending and nxt is None:
                 break
@@ -171,8 +184,12 @@ async def replay(base_url: str, model: str, calls: list[Call], renderer: Rendere
                 await asyncio.sleep(timeout or 0.0)
                 done = set()
             for task in done:
-                c = pending.pop(task)
+                c, prompt = pending.pop(task)
                 r = task.result()
+                if r.generated is not None:
+                    if r.error is None:
+                        renderer.record_output(c, prompt, r.generated)
+                    r.generated = None
                 fin = loop.time() - start
                 res.calls.append(r)
                 res.last_finish = max(res.last_finish, fin)

@@ -13,6 +13,15 @@ Model
 - Token ids avoid the tokenizer's special ids (the first `low` ids).
 - A call that would not fit the engine's `max_model_len` is clipped: its output to a quarter of
   it, then its prompt from the end; the clipped count is reported, never hidden.
+- Live answers (`record_output`, on unless `live_outputs` is off): a trace's `output_hash_ids`
+  name the blocks a call's generated tokens complete, and a later prompt that carries that
+  answer lists them after the call's full prompt blocks. Once the call has finished, those ids
+  render as the tokens the engine actually generated (the call's rendered prompt followed by its
+  answer, cut into blocks at the same positions), as an agent framework appends the answer it
+  received; so the engine can hit the answer's KV as it does in the simulator. An output id
+  whose block the answer did not fill (a clipped or shorter answer) renders from the generator.
+  `output_blocks_live` and `output_blocks_synthetic` count, over rendered prompts, the output
+  blocks rendered each way (with live answers off, all are synthetic: never a hit).
 """
 
 from __future__ import annotations
@@ -33,8 +42,13 @@ class Renderer:
     seed: int = 0
     low: int = 16
     max_model_len: int | None = None
+    live_outputs: bool = True
     clipped: int = 0
+    output_blocks_live: int = 0        # output blocks of earlier answers rendered from real tokens
+    output_blocks_synthetic: int = 0   # ... rendered from the generator (answer not there)
     _cache: dict = field(default_factory=dict)
+    _live: dict = field(default_factory=dict)     # (tenant, output hash id) -> generated block tokens
+    _outputs: set = field(default_factory=set)    # (tenant, output hash id) of calls rendered so far
 
     def __post_init__(self) -> None:
         if self.scale <= 0:
@@ -48,6 +62,9 @@ class Renderer:
 
     def block_tokens(self, tenant: str, hash_id: int) -> np.ndarray:
         key = (tenant, hash_id)
+        live = self._live.get(key)
+        if live is not None:
+            return live
         toks = self._cache.get(key)
         if toks is None:
             t = zlib.crc32(tenant.encode())
@@ -74,6 +91,12 @@ class Renderer:
         for h in c.hash_ids:
             if have >= n:
                 break
+            key = (c.tenant, h)
+            if key in self._outputs:
+                if key in self._live:
+                    self.output_blocks_live += 1
+                else:
+                    self.output_blocks_synthetic += 1
             parts.append(self.block_tokens(c.tenant, h))
             have += tpb
         out = np.concatenate(parts)[:n] if parts else np.full(n, self.low, dtype=np.int64)
@@ -85,7 +108,28 @@ class Renderer:
             if len(out) > limit:
                 out = out[:limit]
                 self.clipped += 1
+        self._outputs.update((c.tenant, h) for h in c.output_hash_ids)
         return out.tolist()
+
+    def record_output(self, c: Call, prompt: list[int], generated: list[int]) -> int:
+        """The call's answer: its output blocks render from `prompt + generated` from now on.
+        Returns how many output blocks the answer filled."""
+        if not self.live_outputs or not c.output_hash_ids or len(prompt) != self.prompt_length(c):
+            return 0                           # nothing to carry, or a clipped prompt: positions moved
+        tpb = self.tokens_per_block
+        seq = np.asarray(list(prompt) + list(generated), dtype=np.int64)
+        first = c.input_length // self.trace_block_size      # the first output block's position
+        filled = 0
+        for i, h in enumerate(c.output_hash_ids):
+            lo = (first + i) * tpb
+            if lo + tpb > len(seq):
+                break
+            self._live[(c.tenant, h)] = seq[lo:lo + tpb]
+            filled += 1
+        if len(self._live) > 400_000:          # bounded: the oldest answers go first
+            for k in list(self._live)[:100_000]:
+                del self._live[k]
+        return filled
 
     def output_tokens(self, c: Call) -> int:
         n = max(1, round(c.output_length * self.scale))

@@ -65,6 +65,7 @@ class EngineBenchOptions:
     startup_timeout_s: float = 300.0
     tool_hints: float | None = None    # calls announce their tool waits with this lognormal error
     tenant_shares: bool = True         # a scheduler with KV shares (fair) has the connector share the pool
+    live_outputs: bool = True          # later prompts carry the engine's real answers (render.py)
 
     def __post_init__(self) -> None:
         if self.vllm_blocks < 8:
@@ -198,7 +199,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
     try:
         for label, name, sched_name in runs:
             renderer = Renderer(info["vocab"], source.header.block_size, opts.scale, opts.seed,
-                                max_model_len=opts.max_model_len)
+                                max_model_len=opts.max_model_len, live_outputs=opts.live_outputs)
             ev_path = log_dir / f"connector-{label}.jsonl"
             ev_path.unlink(missing_ok=True)
             sched = opts.make_scheduler() if sched_name != "fcfs" else None   # a fresh one per run
@@ -227,7 +228,8 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
             r.update(policy=name, scheduler=sched_name,
                      scheduling_policy="priority" if prios is not None else "fcfs",
                      priorities=prios.stats() if prios is not None else None,
-                     tenant_shares=shares)
+                     tenant_shares=shares, output_blocks_live=renderer.output_blocks_live,
+                     output_blocks_synthetic=renderer.output_blocks_synthetic)
             clipped = renderer.clipped
     finally:
         if opts.log_dir is None:
