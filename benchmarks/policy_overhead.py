@@ -2,7 +2,9 @@
 
 For each policy and workload, one simulator replay with the runtime instrumented:
 - observe: wall time spent in `AgentRuntime.observe` (the runtime's bookkeeping plus the
-  policy's) divided by the replay's block touches;
+  policy's, and the LRU safety net's) divided by the replay's block touches; `net`: the part of
+  it the safety net took (its sampled shadow LRU and test, `runtime/safety_net.py`; 0 for LRU,
+  which has no net, and with `--no-safety-net`);
 - score: mean time of one `score(block)` call, timed over the blocks cached at the end of the
   replay (after a first call has brought the policy's lazy state up to date);
 - state: deep sizes in bytes, sampled during the replay (peaks reported), of (a) the policy's own
@@ -90,9 +92,18 @@ def measure(workload: str, policy: str, args) -> dict:
     pol = make_trained_policy(policy, source, opts)
     cfg = EngineConfig(preset=get_preset(opts.preset), block_size=source.header.block_size,
                        gpu_blocks=args.gpu_blocks, host_blocks=args.host_blocks)
-    rt = AgentRuntime(pol)
+    rt = AgentRuntime(pol, safety_net=args.safety_net)
     sim = Simulator(cfg, rt, source.eval_calls(), concurrency=source.header.concurrency)
     spent = [0.0]
+    net_spent = [0.0]
+    if rt.net is not None:
+        net_observe = rt.net.observe
+
+        def timed_net(e):
+            t0 = time.perf_counter()
+            net_observe(e)
+            net_spent[0] += time.perf_counter() - t0
+        rt.net.observe = timed_net
     peak = {"policy": 0, "runtime": 0, "tags": 0}
     count = [0]
     inner = rt.observe
@@ -134,6 +145,7 @@ def measure(workload: str, policy: str, args) -> dict:
     source.close()
     return {"workload": workload, "policy": policy, "touches": m.block_touches,
             "observe_us_per_touch": spent[0] / max(1, m.block_touches) * 1e6,
+            "net_us_per_touch": net_spent[0] / max(1, m.block_touches) * 1e6,
             "score_us": score_us, "policy_kb": peak["policy"] / 1024,
             "runtime_kb": peak["runtime"] / 1024, "tags_kb": peak["tags"] / 1024, "replay_s": wall,
             "hit_rate": m.gpu_hit_tokens / max(1, m.prompt_tokens)}
@@ -173,18 +185,20 @@ def main() -> None:
     ap.add_argument("--gpu-blocks", type=int, default=6000)
     ap.add_argument("--host-blocks", type=int, default=12000)
     ap.add_argument("--no-train", dest="train", action="store_false")
+    ap.add_argument("--no-safety-net", dest="safety_net", action="store_false",
+                    help="without the runtime's LRU safety net (its cost is the difference)")
     ap.add_argument("--shares-tenants", default=None, metavar="N,N,...",
                     help="time tenant KV shares' re-check at these tenant counts instead")
     args = ap.parse_args()
     if args.shares_tenants:
         shares_recheck([int(x) for x in args.shares_tenants.split(",")])
         return
-    print(f"{'workload':14s} {'policy':16s} {'observe us/touch':>17s} {'score us':>9s} "
+    print(f"{'workload':14s} {'policy':16s} {'observe us/touch':>17s} {'net us':>7s} {'score us':>9s} "
           f"{'policy KB':>10s} {'runtime KB':>11s} {'tags KB':>8s} {'replay s':>9s} {'hit rate':>9s}")
     for w in args.workloads.split(","):
         for p in args.policies.split(","):
             r = measure(w, p, args)
-            print(f"{w:14s} {p:16s} {r['observe_us_per_touch']:17.3f} {r['score_us']:9.2f} "
+            print(f"{w:14s} {p:16s} {r['observe_us_per_touch']:17.3f} {r['net_us_per_touch']:7.3f} {r['score_us']:9.2f} "
                   f"{r['policy_kb']:10.1f} {r['runtime_kb']:11.1f} {r['tags_kb']:8.1f} "
                   f"{r['replay_s']:9.2f} {100 * r['hit_rate']:8.1f}%")
 

@@ -90,6 +90,7 @@ def bench(
     router: Optional[str] = typer.Option(None, "--router", help="with --replicas N: how calls are spread (see `agentrt routers`; default agent)"),
     router_set: list[str] = typer.Option([], "--router-set", help="with --replicas N: router option, e.g. --router-set one_call_prefix=false (repeatable; see docs/routers.md)"),
     transfer_gbps: Optional[float] = typer.Option(None, "--transfer-gbps", help="with --replicas N: replicas copy cached prefixes from each other's GPUs over a link of this many GB/s (default: they do not)"),
+    safety_net: bool = typer.Option(True, "--safety-net/--no-safety-net", help="simulator: the runtime's LRU safety net (a policy that measurably loses to LRU on the same calls is ranked by LRU until it does not; docs/runtime.md)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     engine: str = typer.Option("sim", "--engine", help="sim: the simulator; vllm: a live vLLM server per policy (needs the vllm extra)"),
     model_size: str = typer.Option("tiny", "--model-size", help="[vllm] local random-weight model: tiny or small"),
@@ -120,7 +121,8 @@ def bench(
                       scheduler=scheduler, max_wait=max_wait, max_hold=max_hold,
                       tenant_weights=tenant_weights, replicas=replicas, router=router, router_set=router_set,
                       shared_chunk_tokens=shared_chunk_tokens, tool_hints=tool_hints,
-                      transfer_gbps=transfer_gbps, prefix_hold=prefix_hold, cache_at=cache_at)
+                      transfer_gbps=transfer_gbps, prefix_hold=prefix_hold, cache_at=cache_at,
+                      safety_net=safety_net)
     if engine == "vllm":
         doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir,
                           tenant_shares, live_outputs)

@@ -30,7 +30,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                max_hold: float | None, tenant_weights: str | None, replicas: int = 1,
                router: str | None = None, shared_chunk_tokens: int | None = None,
                tool_hints: float | None = None, transfer_gbps: float | None = None,
-               prefix_hold: bool = True, cache_at: str | None = None, router_set: list[str] | None = None):
+               prefix_hold: bool = True, cache_at: str | None = None, router_set: list[str] | None = None,
+               safety_net: bool = True):
     """The bench run the command line asks for, with the defaults filled in and every value
     checked (`BenchSpec.validate`); nothing generated or replayed yet."""
     from agentrt.bench.runner import BenchOptions
@@ -42,6 +43,9 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     if engine == "vllm" and (replicas != 1 or router is not None or transfer_gbps is not None or router_set):
         raise AgentrtError("--replicas, --router, --router-set and --transfer-gbps are for the simulator; for real "
                            "replicas see docs/ray.md")
+    if engine == "vllm" and not safety_net:
+        raise AgentrtError("--no-safety-net is for the simulator (the vLLM connector takes "
+                           "\"safety_net\": false in its kv_connector_extra_config)")
     if engine == "vllm" and cache_at is not None:
         raise AgentrtError("--cache-at is for the simulator (vLLM itself caches blocks when they are scheduled)")
     if trace is not None and workload is not None:
@@ -90,6 +94,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                         time_scale=time_scale, train_path=str(train) if train else None,
                         policy_options=popts, scheduler=scheduler, tool_hints=tool_hints,
                         cache_at="prefill" if cache_at is None else cache_at,
+                        safety_net=safety_net,
                         scheduler_options=scheduler_options(scheduler, max_wait, tenant_weights,
                                                             max_hold, shared_chunk_tokens, prefix_hold))
     spec = BenchSpec(policies=names, trace=trace,

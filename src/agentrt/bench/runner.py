@@ -42,6 +42,7 @@ class BenchOptions:
     scheduler_options: dict = field(default_factory=dict)
     tool_hints: float | None = None    # the framework announces tool times, with this lognormal error
     cache_at: str = "prefill"          # when computed prompt blocks become hits (EngineConfig)
+    safety_net: bool = True            # the runtime's LRU safety net (runtime/safety_net.py)
 
     def validate(self, policies: list[str], cli: bool = False) -> None:
         """Raise `AgentrtError` on the first bad value, naming it as the user wrote it (`cli`:
@@ -148,9 +149,25 @@ def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream
     conc = replay_concurrency(opts.concurrency, source)
     sim = Simulator(cfg, policy, source.eval_calls(), concurrency=conc,
                     record_stream=record_stream, progress=progress, time_scale=opts.time_scale,
-                    scheduler=make_bench_scheduler(opts), tool_hints=make_tool_hints(opts))
+                    scheduler=make_bench_scheduler(opts), tool_hints=make_tool_hints(opts),
+                    safety_net=opts.safety_net)
     sim.run()
     return sim
+
+
+def net_summary(sim) -> dict | None:
+    """The safety net's figures for a policy's result (`safety_net` in the JSON): None without a
+    net (LRU, the bounds, `--no-safety-net`)."""
+    net = sim.runtime.net
+    if net is None:
+        return None
+    st = net.stats()
+    span = sim.metrics.last_finish - (sim.metrics.first_arrival or 0.0)
+    return {"fallbacks": st["net_fallbacks"], "probes": st["net_probes"],
+            "fallback_s": st["net_fallback_s"],
+            "fallback_share": min(1.0, st["net_fallback_s"] / span) if span > 0 else 0.0,
+            "sampled_blocks": st["net_sampled_blocks"], "sampled_hit_rate": st["net_real_hit"],
+            "shadow_lru_hit_rate": st["net_lru_hit"], "sampling_rate": st["net_sampling_rate"]}
 
 
 def plan_split(source: TraceSource, policies: list[str], opts: BenchOptions) -> dict | None:
@@ -273,6 +290,9 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
             stream, order, holds = sim.stream, sim.admitted, sim.holds
         if not (hidden_lru and name == "lru"):
             results[name] = sim.metrics.summary()
+            net = net_summary(sim)
+            if net is not None:
+                results[name]["safety_net"] = net
     lru_metrics = sims["lru"].metrics if "lru" in sims else None
     oracle_passes = None
     for name in want_bounds:

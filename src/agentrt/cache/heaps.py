@@ -40,7 +40,15 @@ class EvictionHeaps:
             self._refresh()
         self._seq += 1
         block.heap_seq = self._seq
-        heapq.heappush(self._heap, (key, self._seq, block))
+        try:
+            heapq.heappush(self._heap, (key, self._seq, block))
+        except TypeError:
+            # keys of another kind than the heap's: the ranker changed its order (the runtime's
+            # LRU safety net switching between the policy's keys and LRU's) and bumped its epoch;
+            # the entry is in the list, so re-ranking all of them now restores the heap
+            if self.policy.epoch == self._epoch:
+                raise
+            self._refresh()
 
     def _push_host(self, block: Block) -> None:
         self._seq += 1

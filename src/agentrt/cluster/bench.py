@@ -81,7 +81,8 @@ def run_cluster_bench(source: TraceSource, policies: list[str], opts: BenchOptio
                                  policy_factory=lambda name=name: make_trained_policy(name, source, opts),
                                  scheduler_factory=lambda: make_bench_scheduler(opts), record_order=want_oracle,
                                  transfer_gbps=transfer_gbps, router_options=router_options,
-                                 record_stream=bool(offline) and name == "lru")
+                                 record_stream=bool(offline) and name == "lru",
+                                 safety_net=opts.safety_net)
         if cb is not None:
             cb(1)
     results = {name: cm.summary() for name, cm in runs.items() if name in policies}

@@ -30,7 +30,7 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
                 scheduler_factory: Callable[[], Scheduler] | None = None,
                 time_routes: bool = False, tool_hints: ToolHints | None = None,
                 record_order: bool = False, transfer_gbps: float | None = None,
-                record_stream: bool = False) -> ClusterMetrics:
+                record_stream: bool = False, safety_net: bool = True) -> ClusterMetrics:
     """Replay `calls` (consumed once, in file order) on `n_replicas` replicas behind `router`.
 
     `router`: a name (`agentrt routers`) built with `router_options` and `seed`, or a `Router`.
@@ -43,6 +43,7 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
     `transfer_gbps`: replicas copy cached prefixes from each other over a link of that many GB/s
     (`cluster.transfer`); None: independent caches. `record_stream`: the metrics keep every
     replica's block references in one ordered list (`bounds.pooled_bound`'s input).
+    `safety_net`: each replica's runtime has the LRU safety net (`runtime/safety_net.py`).
     """
     if isinstance(router, str):
         router = make_router(router, seed=seed, **(router_options or {}))
@@ -62,7 +63,7 @@ def run_cluster(calls: Iterable[Call], n_replicas: int, router: str | Router, co
                            concurrency=concurrency, time_scale=time_scale, time_routes=time_routes,
                            tool_hints=tool_hints, record_order=record_order,
                            transfer=PeerTransfer(transfer_gbps) if transfer_gbps is not None else None,
-                           record_stream=record_stream)
+                           record_stream=record_stream, safety_net=safety_net)
     sim.run()
     return cluster_metrics(sim)
 

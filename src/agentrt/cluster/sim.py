@@ -76,14 +76,15 @@ class ClusterSimulator:
                  concurrency: int | None = None, time_scale: float = 1.0,
                  time_routes: bool = False, tool_hints: ToolHints | None = None,
                  record_order: bool = False, transfer: PeerTransfer | None = None,
-                 record_stream: bool = False) -> None:
+                 record_stream: bool = False, safety_net: bool = True) -> None:
         """`record_order`: keep where each call was routed (`placement`) and each replica's
         admission order (`Simulator.admitted`): the cluster oracle's reference (`bounds.py`).
         `record_stream`: keep every replica's block references in one list, in the order the
         replicas made them on the shared clock (`stream`), with when calls held their blocks
         (`holds`) and the replica of each entry (`stream_at`, `holds_at`): the bounds' input
         (`bounds.py`).
-        `transfer`: replicas copy cached prefixes from each other (`transfer.py`); None: they do not."""
+        `transfer`: replicas copy cached prefixes from each other (`transfer.py`); None: they do not.
+        `safety_net`: each replica's runtime has the LRU safety net (`runtime/safety_net.py`)."""
         if n_replicas < 1:
             raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
         self.config = config
@@ -99,7 +100,8 @@ class ClusterSimulator:
         for i in range(n_replicas):
             feed = Feed(i, self.replay, self._finished)
             sim = Simulator(config, make_policy(), iter(()), arrivals=feed, tool_hints=tool_hints,
-                            scheduler=make_scheduler() if make_scheduler is not None else None)
+                            scheduler=make_scheduler() if make_scheduler is not None else None,
+                            safety_net=safety_net)
             feed.sim = sim
             if record_order:
                 sim.admitted = []

@@ -100,21 +100,25 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
                  time_scale: float = 1.0,
                  progress: Callable[[int], None] | None = None,
                  scheduler: Scheduler | None = None, arrivals: WorkflowReplay | None = None,
-                 tool_hints: ToolHints | None = None) -> None:
+                 tool_hints: ToolHints | None = None, safety_net=True) -> None:
         """`arrivals` replaces the replay of `calls` (then ignored) with another source of the same
         interface (`pop_arrivals`, `next_arrival`, `finish`, `late_arrivals`): a cluster's feed.
         `tool_hints`: the framework announces each tool wait's expected duration (`tool_hints.py`);
-        None: it announces none (only that the call ended in a tool call)."""
+        None: it announces none (only that the call ended in a tool call). `safety_net`: the
+        runtime's LRU safety net (True, False or a `NetConfig`; ignored when `policy` is a runtime
+        already built)."""
         self.config = config
         self.tool_hints = tool_hints
         self.sched = scheduler if scheduler is not None else Scheduler()
         if getattr(self.sched, "kv_shares", False) and not isinstance(policy, AgentRuntime):
             policy = TenantShares(policy, getattr(self.sched, "weights", None))
-        self.runtime = policy if isinstance(policy, AgentRuntime) else AgentRuntime(policy)
+        self.runtime = policy if isinstance(policy, AgentRuntime) else AgentRuntime(policy, safety_net=safety_net)
         self.policy = self.runtime.policy
         self.cost = CostModel(config.preset)
-        self.cache = RadixKVCache(config.gpu_blocks, config.host_blocks, self.policy, config.block_bytes)
+        # the cache ranks through the runtime's `ranker`: the policy, or the LRU safety net around it
+        self.cache = RadixKVCache(config.gpu_blocks, config.host_blocks, self.runtime.ranker, config.block_bytes)
         self.runtime.touch_clock = lambda: self.cache.touch_clock
+        self.runtime.cached_blocks = lambda: self.cache.gpu_used
         if isinstance(self.policy, TenantShares):
             self.policy.attach(self.cache)
         self._reorders = self.sched.reorders

@@ -117,6 +117,7 @@ class OraclePolicy(Policy):
     description = ("clairvoyant eviction (next use from the trace) under the simulator's own memory "
                    "accounting (in-simulator bound)")
     wants_events = True
+    safety_net = False        # a bound: never second-guessed by the runtime's LRU net
 
     def __init__(self, future: FutureUses | None = None, seed: int = 0) -> None:
         super().__init__(seed)

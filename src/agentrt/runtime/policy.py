@@ -39,6 +39,7 @@ class Policy:
     needs_tags: ClassVar[bool] = False    # the runtime tags blocks with the threads that used them
     acts: ClassVar[bool] = False          # engines call `act` between scheduler steps
     untags_dead_branches: ClassVar[bool] = False  # the runtime untags a thread's abandoned history
+    safety_net: ClassVar[bool] = True     # the runtime may rank by LRU while this policy loses to it
 
     def __init__(self, seed: int = 0) -> None:
         self.epoch = 0

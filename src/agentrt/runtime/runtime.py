@@ -22,6 +22,11 @@ needs, once:
   `untags_dead_branches`, a thread leaves the blocks of a history branch it abandoned
   (`branches.py`).
 Then it forwards the event to the policy. Warm-up calls are forwarded but never learned from.
+- the LRU safety net (`safety_net.py`, on by default, `safety_net=NetConfig(enabled=False)` or
+  False turns it off): a sampled shadow LRU on the same calls; while the policy measurably loses
+  to it, blocks are ranked in LRU order. Engines rank through `ranker` (`score`, `epoch`), which
+  is the policy itself when there is no net (LRU, a bound, a policy that opts out with
+  `safety_net = False`, or an engine that gives the runtime no `cached_blocks` count).
 
 Time is passed in (`now`), never read here, non-decreasing per runtime.
 """
@@ -35,6 +40,7 @@ from agentrt.runtime.branches import untag_dead_branch
 from agentrt.runtime.identity import anchor_agent
 from agentrt.runtime.lifecycle import WorkflowLifecycle
 from agentrt.runtime.policy import Policy
+from agentrt.runtime.safety_net import NetConfig, SafetyNet
 from agentrt.runtime.state import AgentProfile, Thread, WorkflowState, tag_path
 from agentrt.runtime.tenant_lru import TenantLRU
 
@@ -49,7 +55,8 @@ class AgentRuntime(WorkflowLifecycle):
                  silent_after_s: float = 600.0, max_agents: int = 4096,
                  max_workflows: int | None = 65536,
                  max_workflows_per_tenant: int | None = 8192,
-                 max_threads_per_workflow: int | None = 1024) -> None:
+                 max_threads_per_workflow: int | None = 1024,
+                 safety_net: bool | NetConfig = True) -> None:
         for name, v in (("max_workflows", max_workflows),
                         ("max_workflows_per_tenant", max_workflows_per_tenant),
                         ("max_threads_per_workflow", max_threads_per_workflow)):
@@ -71,28 +78,52 @@ class AgentRuntime(WorkflowLifecycle):
         self.touch_clock: Callable[[], int] = lambda: 0
         self.tags = policy.needs_tags
         self.untag_branches = policy.needs_tags and policy.untags_dead_branches
-        self.wants_events = policy.wants_events or policy.needs_tags
+        self.net = self._make_net(policy, safety_net)
+        self.ranker = self.net if self.net is not None else policy
+        self.wants_events = policy.wants_events or policy.needs_tags or self.net is not None
         self.errors = 0
         self.profiles_dropped = 0    # agent profiles dropped past `max_agents`
         policy.bind(self)
 
-    # the cache ranks through these
+    @staticmethod
+    def _make_net(policy: Policy, config: bool | NetConfig) -> SafetyNet | None:
+        if config is True:
+            config = NetConfig()
+        if not config or not config.enabled or not getattr(policy, "safety_net", True):
+            return None
+        if type(policy).score is Policy.score and not policy.acts:
+            return None               # LRU itself: nothing to fall back to
+        return SafetyNet(policy, config)
+
+    @property
+    def cached_blocks(self) -> Callable[[], int] | None:
+        """The engine's count of its cached GPU blocks now, set by the engine as `touch_clock` is:
+        the safety net's shadow follows that size, and until it is set the net stays out."""
+        return self.net.shadow.cached if self.net is not None else None
+
+    @cached_blocks.setter
+    def cached_blocks(self, fn: Callable[[], int] | None) -> None:
+        if self.net is not None:
+            self.net.shadow.cached = fn
+
+    # the cache ranks through these (`ranker`: the policy, or the safety net around it)
     @property
     def dynamic(self) -> bool:
-        return self.policy.dynamic
+        return self.ranker.dynamic
 
     @property
     def epoch(self) -> int:
-        return self.policy.epoch
+        return self.ranker.epoch
 
     def score(self, block):
-        return self.policy.score(block)
+        return self.ranker.score(block)
 
     def predict(self, horizon: int):
         return self.policy.predict(horizon)
 
     def act(self, now: float, view) -> list:
-        return self.policy.act(now, view)
+        acts = self.policy.act(now, view)
+        return self.net.actions(acts) if self.net is not None and acts else acts
 
     # ------------------------------------------------------------------ identity
     def resolve_agent(self, info: ev.CallInfo) -> str:
@@ -121,6 +152,8 @@ class AgentRuntime(WorkflowLifecycle):
 
     # ------------------------------------------------------------------ events
     def observe(self, e: ev.Event) -> None:
+        if self.net is not None:
+            self.net.observe(e)
         t = type(e)
         if t is ev.CallArrived:
             self._arrived(e)
@@ -156,7 +189,8 @@ class AgentRuntime(WorkflowLifecycle):
                 "agents": len(self.agents), "forced_ends": self.forced_ends,
                 "silent_ends": self.silent_ends, "overflow_calls": self.overflow_calls,
                 "max_workflows": self.max_workflows,
-                "max_workflows_per_tenant": self.max_workflows_per_tenant}
+                "max_workflows_per_tenant": self.max_workflows_per_tenant,
+                **(self.net.stats() if self.net is not None else {})}
 
     # ------------------------------------------------------------------ calls
     def _arrived(self, e: ev.CallArrived) -> None:
@@ -233,4 +267,4 @@ class AgentRuntime(WorkflowLifecycle):
         for p in self.agents.values():
             n += 150 + 8 * len(p.anchor)
         n += 100 * len(self._calls)
-        return n + self.policy.state_bytes()
+        return n + self.policy.state_bytes() + (self.net.state_bytes() if self.net is not None else 0)

@@ -134,10 +134,15 @@ class TenantShares(Policy):
         return {t for t in names if held[t] > amount * w[t] / total
                 or (t in was and held[t] > amount * w[t] / total * keep)}
 
+    def _tier(self, tenant: str) -> int:
+        return 2 if tenant not in self.over else 0 if tenant in self.beyond else 1
+
     def score(self, block):
-        t = block.tenant
-        tier = 2 if t not in self.over else 0 if t in self.beyond else 1
-        return (tier, self.inner.score(block))
+        return (self._tier(block.tenant), self.inner.score(block))
+
+    def fallback_key(self, block):
+        """The LRU order the safety net falls back to keeps the share tiers (`runtime/safety_net.py`)."""
+        return (self._tier(block.tenant), block.last_touch)
 
     def predict(self, horizon: int):
         return self.inner.predict(horizon)

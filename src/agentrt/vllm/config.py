@@ -34,6 +34,9 @@ Keys of `kv_connector_extra_config` (all optional):
                     plus its running requests' blocks) has its blocks evicted before any other
                     tenant's (the `fair` scheduler's KV shares; `vllm/tenants.py`). Unnamed
                     tenants weigh 1. Works with every policy, `lru` included
+    safety_net      true (default) or false: the runtime's LRU safety net (a policy that
+                    measurably loses to LRU on the requests vLLM serves is ranked by LRU until it
+                    does not; `runtime/safety_net.py`); its figures are `net_*` in the stats
     cpu_binding     "stock" (default) or "vllm": on the CPU, bind vLLM's threads as stock vLLM
                     does (vLLM reserves an extra core for any connector's transfer threads, which
                     this connector does not have; `cpu_binding.py`), or keep vLLM's rule
@@ -67,6 +70,7 @@ class ConnectorConfig:
     max_workflows: int | None = 65536
     max_workflows_per_tenant: int | None = 8192
     tenant_shares: bool | str | dict = False
+    safety_net: bool = True
     cpu_binding: str = "stock"
     fail_after: int | None = None
 
@@ -95,6 +99,8 @@ class ConnectorConfig:
                 if v < 1:
                     raise ValueError(f"{name} must be >= 1 (or null: no cap), got {v}")
                 setattr(cfg, name, v)
+        if not isinstance(cfg.safety_net, bool):
+            raise ValueError(f"safety_net must be true or false, got {cfg.safety_net!r}")
         cfg.share_weights()                     # a bad weight fails here
         from agentrt.vllm.cpu_binding import BINDINGS
         if cfg.cpu_binding not in BINDINGS:

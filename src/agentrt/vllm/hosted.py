@@ -25,6 +25,9 @@ What it maps (the simulator, `engine/simulator.py`, is the reference for which e
   the step's metadata (`end_step`).
 - With `tenant_shares` the policy is wrapped in `TenantShares` (`sched/kvshare.py`) over the
   per-tenant counts of `tenants.py`: a tenant over its share of the pool is evicted first.
+- The runtime's LRU safety net (`runtime/safety_net.py`, option `safety_net`) compares the
+  policy's hits with a sampled shadow LRU as large as the mirror; vLLM's own LRU order is the
+  order of finishes, which the mirror's touches follow, so the fallback is stock vLLM's order.
 - Every scheduler step runs the runtime's silence sweep once `sweep_interval_s` has passed
   (`AgentRuntime.sweep`); the runtime's caps on open workflows (`max_workflows`,
   `max_workflows_per_tenant`) end the oldest idle ones, counted as `workflows_capped`.
@@ -74,8 +77,10 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         self.runtime = AgentRuntime(self.policy, anchor_tokens=cfg.anchor_tokens,
                                     silent_after_s=cfg.silent_after_s,
                                     max_workflows=cfg.max_workflows,
-                                    max_workflows_per_tenant=cfg.max_workflows_per_tenant)
+                                    max_workflows_per_tenant=cfg.max_workflows_per_tenant,
+                                    safety_net=cfg.safety_net)
         self.runtime.touch_clock = lambda: self.mirror.clock
+        self.runtime.cached_blocks = lambda: len(self.mirror)
         self.reorder = not cfg.stock
         self.failed = False
         self.pool = None

@@ -112,6 +112,13 @@ METRICS: tuple[MetricDef, ...] = (
               "tenants under their guarantee leave unused, split by weight), evicted before the "
               "others (with tenant_shares; 0 without)",
               sources=(_k("policy_tenants_over_level"),)),
+    MetricDef("safety_net_fallback", "gauge", "1 while the runtime's LRU safety net ranks blocks "
+              "by LRU because the policy measurably loses to a sampled shadow LRU, else 0",
+              sources=(_k("net_fallback"),)),
+    MetricDef("safety_net_fallbacks", "counter", "Times the LRU safety net fell back to LRU order",
+              sources=(_k("net_fallbacks"),)),
+    MetricDef("safety_net_fallback_seconds", "counter", "Time the LRU safety net has spent in LRU order",
+              sources=(_k("net_fallback_s"),)),
     MetricDef("runtime_seconds", "counter", "Time spent in the runtime's observe, act and sweep "
               "(in vLLM's scheduler process; reordering not included)", sources=(_k("runtime_s"),)),
     MetricDef("hook_seconds", "counter", "Time spent in all of the connector's scheduler-side hooks "

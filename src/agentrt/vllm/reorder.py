@@ -88,6 +88,20 @@ class QueueOrderer:
             self.stats.time.add(time.perf_counter() - t0)
 
     def _order(self, epoch) -> int:
+        try:
+            return self._order_deferring(epoch)
+        except TypeError:
+            if epoch == self._epoch:
+                raise
+            # keys of two kinds in one queue: the runtime's LRU safety net switched between the
+            # policy's keys and LRU's (a new epoch) while this re-rank was deferred; rank it all
+            self._keys = {}
+            self._epoch = epoch
+            self._tail = None
+            self.pending = False
+            return self._rank()
+
+    def _order_deferring(self, epoch) -> int:
         if epoch != self._epoch:
             t0 = self.clock()
             if self._tail is None or t0 >= self._next_full:

@@ -49,6 +49,8 @@ class RuntimeStats:
                    runtime_max_s=round(self.runtime_time.max_seconds, 5),
                    hook_s=round(self.hook_time.seconds, 4), hook_max_s=round(self.hook_time.max_seconds, 5),
                    steps=self.steps, **self.hint_counts.as_dict(), **own)
+        if self.runtime.net is not None:
+            out.update(self.runtime.net.stats())
         if self.orderer is not None:
             st = self.orderer.stats
             out.update(reorders=st.runs, relinks=st.relinks, moved=st.moved, scored=st.scored,

@@ -216,6 +216,8 @@ class Workload:
     # documented ranges of `agentrt stats` figures at the default config (checked by the tests):
     # calls_per_workflow, prompt_tokens, output_tokens (means), reuse_within, reuse_across (shares)
     expected: ClassVar[dict[str, tuple[float, float]]] = {}
+    # options other than the defaults, as given (`registry.get_workload`): the header names them
+    options: dict = {}
 
     def anchor(self, agent: str) -> Segment:
         """The agent's system prompt and tool definitions: the same content in every workflow."""
@@ -224,9 +226,15 @@ class Workload:
     def build(self, b: WorkflowBuilder) -> None:
         raise NotImplementedError
 
+    def option_note(self) -> str:
+        """What a trace's header description says about the options it was generated with."""
+        if not self.options:
+            return ""
+        return " (options: " + ", ".join(f"{k}={v}" for k, v in sorted(self.options.items())) + ")"
+
     def header(self, cfg: GenConfig) -> TraceHeader:
         return TraceHeader(block_size=cfg.block_size, name=self.name,
-                           description=self.summary + scale_note(cfg),
+                           description=self.summary + scale_note(cfg) + self.option_note(),
                            source="agentrt generator (synthetic)",
                            concurrency=cfg.concurrency if cfg.rate is None else None)
 

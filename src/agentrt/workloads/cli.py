@@ -45,6 +45,18 @@ def _block_size(block_size: int) -> None:
         raise AgentrtError(f"--block-size must be in 1..{MAX_TOKENS:,} (what a trace holds), got {block_size}")
 
 
+def _generator_options(items: list[str]) -> dict:
+    """`--set OPTION=VALUE` items of `generate` -> the generator's keyword options."""
+    from agentrt.options import parse_value
+    out: dict = {}
+    for item in items:
+        key, eq, val = item.partition("=")
+        if not eq or not key:
+            raise AgentrtError(f"--set {item!r}: expected OPTION=VALUE (an option of the workload)")
+        out[key] = parse_value(val)
+    return out
+
+
 def workloads() -> None:
     """List the workload generators, one line each."""
     from agentrt.workloads.registry import workload_summaries
@@ -72,13 +84,14 @@ def generate(
     noise: float = typer.Option(0.3, "--noise", help="noise of the per-call semantic signal (0 to 10)"),
     block_size: int = typer.Option(defaults.BLOCK_SIZE, "--block-size", help="tokens per hash id"),
     tool_scale: float = typer.Option(1.0, "--tool-scale", help="multiply every tool and think time by this (> 0)"),
+    options: list[str] = typer.Option([], "--set", help="generator option, e.g. --set system_tokens=14000 (repeatable; the generator's docstring lists them)"),
 ) -> None:
     """Generate a workflow trace from a workload generator."""
     from agentrt.trace.writer import write_trace
     from agentrt.workloads.base import GenConfig
     from agentrt.workloads.registry import get_workload
 
-    wl = get_workload(name)
+    wl = get_workload(name, _generator_options(options))
     _arrivals(rate, concurrency)
     if workflows <= 0:
         raise AgentrtError(f"--workflows must be > 0, got {workflows}")

@@ -53,6 +53,16 @@ Sources and sizes:
   mini-SWE-agent's successful SWE-bench Verified trajectories mostly stay under 20k tokens (Raju
   et al. 2026, arXiv 2602.16069); this workload models the long end, where an agent starts from a
   12k-token prompt and works for tens of turns.
+
+Options (`agentrt generate coding --set OPTION=VALUE`; the defaults are the shape above, and a
+trace generated with them is the same as before the options existed): `system_tokens` (the main
+agent's system prompt and tools, 12,000), `compact_min` / `compact_max` (the range of the
+per-session compaction threshold, 80,000 / 100,000 tokens), `turns_scale` (multiplies the turns a
+request needs, 1), `max_turns` (the step budget per request, 90), `explore_sessions` (the share of
+sessions that may delegate to explore subagents at all, 1: every session, by its breadth; below
+1, one more coin per session decides it). The long end some harnesses run (a 14k-token prompt,
+compaction past 120k tokens, half the sessions delegating) is, for example, `system_tokens=14000
+compact_min=120000 compact_max=120000 turns_scale=3 max_turns=200 explore_sessions=0.5`.
 """
 
 from __future__ import annotations
@@ -63,7 +73,7 @@ from agentrt.workloads.base import Workload, WorkflowBuilder, lognormal_tokens
 from agentrt.workloads.hashing import Segment
 
 MAIN, EXPLORE, COMPACT = "main", "explore", "compact"
-MAX_TURNS = 90          # per request: the agent's step budget (guess)
+MAX_TURNS = 90          # per request: the agent's step budget (guess; option `max_turns`)
 MAX_FOLLOWUPS = 2
 MAX_SPAWNS = 3          # explore rounds per request (guess)
 # tool -> (median, sigma, lo, hi) of its result in tokens (guesses; see the docstring)
@@ -91,6 +101,25 @@ class CodingWorkload(Workload):
     expected = {"calls_per_workflow": (25.0, 70.0), "prompt_tokens": (25_000.0, 60_000.0),
                 "output_tokens": (100.0, 400.0), "reuse_within": (0.85, 0.99),
                 "reuse_across": (0.003, 0.05)}
+
+    def __init__(self, system_tokens: int = 12_000, compact_min: int = 80_000,
+                 compact_max: int = 100_000, turns_scale: float = 1.0, max_turns: int = MAX_TURNS,
+                 explore_sessions: float = 1.0) -> None:
+        if system_tokens < 1:
+            raise ValueError(f"system_tokens must be >= 1, got {system_tokens}")
+        if not 0 < compact_min <= compact_max:
+            raise ValueError(f"need 0 < compact_min <= compact_max, got {compact_min}, {compact_max}")
+        if not (turns_scale > 0 and math.isfinite(turns_scale)):
+            raise ValueError(f"turns_scale must be > 0, got {turns_scale}")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if not 0.0 <= explore_sessions <= 1.0:
+            raise ValueError(f"explore_sessions must be in [0, 1], got {explore_sessions}")
+        self.system = {MAIN: int(system_tokens), EXPLORE: type(self).system[EXPLORE]}
+        self.compact = (int(compact_min), int(compact_max))
+        self.turns_scale = float(turns_scale)
+        self.max_turns = int(max_turns)
+        self.explore_sessions = float(explore_sessions)
 
     def _result(self, b: WorkflowBuilder, call: int, tool: str) -> Segment:
         return (("result", b.workflow, call), lognormal_tokens(b.rng, *RESULT[tool]))
@@ -135,21 +164,24 @@ class CodingWorkload(Workload):
         rng, wf = b.rng, b.workflow
         d, breadth = float(rng.uniform()), float(rng.uniform())
         state = {"difficulty": 2 * d - 1, "breadth": 2 * breadth - 1}
-        limit = int(rng.integers(80_000, 100_001))
+        limit = int(rng.integers(self.compact[0], self.compact[1] + 1))
         memory = (("memory", wf), lognormal_tokens(rng, 1500, 0.7, 200, 6000))
         pending: list[Segment] = [self.anchor(MAIN), memory,
                                   (("request", wf, 0), lognormal_tokens(rng, 150, 0.9, 20, 3000))]
         after: list[int] | None = None
         think = 0.0
+        # one more coin only where asked for, so the default traces keep their draws
+        delegates = self.explore_sessions >= 1.0 or bool(rng.uniform() < self.explore_sessions)
+        last_turn = self.max_turns
         for req in range(MAX_FOLLOWUPS + 1):
-            needed = 12.0 * math.exp(1.6 * d) + float(rng.poisson(3))
+            needed = (12.0 * math.exp(1.6 * d) + float(rng.poisson(3))) * self.turns_scale
             if req > 0:
                 needed /= 3
-            spawns = 0
-            for turn in range(1, MAX_TURNS + 1):
+            spawns = 0 if delegates else MAX_SPAWNS
+            for turn in range(1, last_turn + 1):
                 progress = min(1.0, turn / needed)
                 done = b.event(0.8 * (turn - needed))
-                answers = done.happens or turn == MAX_TURNS
+                answers = done.happens or turn == last_turn
                 spawn = None
                 if not answers and spawns < MAX_SPAWNS:
                     spawn = b.event(-4.0 + 2.4 * breadth - 2.0 * progress)

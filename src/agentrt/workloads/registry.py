@@ -1,8 +1,12 @@
-"""Workload generators by name."""
+"""Workload generators by name, with their options (`agentrt generate NAME --set OPTION=VALUE`).
+
+A generator's options are its constructor's keyword arguments; the defaults are the shape its
+docstring describes, so a trace generated without options never changes when one is added.
+"""
 
 from __future__ import annotations
 
-from agentrt.errors import unknown_name
+from agentrt.errors import AgentrtError, unknown_name
 from agentrt.workloads.base import Workload
 
 _WORKLOADS: dict[str, type[Workload]] = {}
@@ -44,8 +48,31 @@ def workload_summaries() -> dict[str, str]:
     return {n: cls.summary for n, cls in _WORKLOADS.items()}
 
 
-def get_workload(name: str) -> Workload:
+def workload_option_names(name: str) -> list[str]:
+    """The options generator `name` takes (its constructor's keywords), in signature order."""
+    from agentrt.options import class_parameters
     _ensure_builtin()
     if name not in _WORKLOADS:
         raise unknown_name("workload", name, list(_WORKLOADS))
-    return _WORKLOADS[name]()
+    return [p.name for p in class_parameters(_WORKLOADS[name]) or []]
+
+
+def get_workload(name: str, options: dict | None = None) -> Workload:
+    """Generator `name` with `options` (checked: an unknown option or a bad value raises
+    `AgentrtError` naming it)."""
+    _ensure_builtin()
+    if name not in _WORKLOADS:
+        raise unknown_name("workload", name, list(_WORKLOADS))
+    if not options:
+        return _WORKLOADS[name]()
+    valid = workload_option_names(name)
+    for opt in options:
+        if opt not in valid:
+            raise AgentrtError(f"--set {opt}: workload '{name}' has no option '{opt}'; its options: "
+                               + (", ".join(valid) or "none"))
+    try:
+        wl = _WORKLOADS[name](**options)
+    except (TypeError, ValueError) as e:
+        raise AgentrtError(f"workload '{name}': {e}") from None
+    wl.options = dict(options)
+    return wl
