@@ -79,7 +79,7 @@ def run(workload: str, tool: float, load: int, f: float, workflows: int, tmp: Pa
             "gpu_blocks": blocks, "generate": " ".join(shlex.quote(c) for c in gen).replace(str(trace), f"{workload}.jsonl"),
             "command": " ".join(shlex.quote(c) for c in shown), "seconds": time.time() - t0,
             "results": {p: {k: r.get(k) for k in ("hit_rate", "ttft_mean_s", "e2e_mean_s",
-                                                  "preemptions", "oversize_calls")}
+                                                  "preemptions", "oversize_calls", "safety_net")}
                         for p, r in doc["results"].items()}}
 
 
