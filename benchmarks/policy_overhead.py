@@ -5,16 +5,18 @@ For each policy and workload, one simulator replay with the runtime instrumented
   policy's, and the LRU safety net's) divided by the replay's block touches; `net`: the part of
   it the safety net took (its sampled shadow LRU and test, `runtime/safety_net.py`; 0 for LRU,
   which has no net, and with `--no-safety-net`);
-- score: mean time of one `score(block)` call, timed over the blocks cached at the end of the
-  replay (after a first call has brought the policy's lazy state up to date);
+- score: mean time of one `score(block)` call as the cache makes it (through the safety net
+  where there is one), timed over the blocks cached at the end of the replay (after a first
+  call has brought the policy's lazy state up to date);
 - state: deep sizes in bytes, sampled during the replay (peaks reported), of (a) the policy's own
   objects (transition counts, survival tables, step graph, predictions; the predictor's weights
   excluded), (b) the runtime's tables (live workflows, agent profiles with their anchors, calls
-  in flight), and (c) the block tags shared by several threads (a block with one user points at
+  in flight, the safety net's shadow LRU), and (c) the block tags shared by several threads (a block with one user points at
   its thread directly and costs nothing extra). The cache's own blocks are not counted.
 
     python benchmarks/policy_overhead.py [--workloads team,mix] [--policies lru,cachesage,...]
     python benchmarks/policy_overhead.py --shares-tenants 100,1000,10000
+    python benchmarks/policy_overhead.py --clock cpu [--no-safety-net]   # CPU time, net on / off
 
 `--shares-tenants` times instead one re-check of tenant KV shares (`TenantShares.recheck`, what the
 simulator runs per event and vLLM's connector per scheduler step) with that many tenants holding
@@ -71,7 +73,8 @@ def policy_state(rt: AgentRuntime, cache) -> dict:
     skip = {id(cache), id(rt.touch_clock)}
     pol = {k: v for k, v in vars(rt.policy).items() if k not in ("runtime", "predictor")}
     out = {"policy": deep_size(pol, set(skip)),
-           "runtime": deep_size([rt.workflows, rt.agents, rt._calls, rt.between_calls], set(skip)),
+           "runtime": deep_size([rt.workflows, rt.agents, rt._calls, rt.between_calls,
+                                 rt.net.shadow if rt.net is not None else None], set(skip)),
            "tags": 0}
     seen = set()
     for root in cache.roots.values():
@@ -94,24 +97,25 @@ def measure(workload: str, policy: str, args) -> dict:
                        gpu_blocks=args.gpu_blocks, host_blocks=args.host_blocks)
     rt = AgentRuntime(pol, safety_net=args.safety_net)
     sim = Simulator(cfg, rt, source.eval_calls(), concurrency=source.header.concurrency)
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     spent = [0.0]
     net_spent = [0.0]
     if rt.net is not None:
         net_observe = rt.net.observe
 
         def timed_net(e):
-            t0 = time.perf_counter()
+            t0 = clock()
             net_observe(e)
-            net_spent[0] += time.perf_counter() - t0
+            net_spent[0] += clock() - t0
         rt.net.observe = timed_net
     peak = {"policy": 0, "runtime": 0, "tags": 0}
     count = [0]
     inner = rt.observe
 
     def timed(e):
-        t0 = time.perf_counter()
+        t0 = clock()
         inner(e)
-        spent[0] += time.perf_counter() - t0
+        spent[0] += clock() - t0
         count[0] += 1
         if count[0] % 2000 == 0:
             for k, v in policy_state(rt, sim.cache).items():
@@ -135,12 +139,13 @@ def measure(workload: str, policy: str, args) -> dict:
     blocks = blocks[:5000]
     score_us = 0.0
     if blocks:
-        pol.score(blocks[0])
+        score = rt.ranker.score       # what the cache calls: the policy's, through the net if any
+        score(blocks[0])
         gc.disable()
-        t0 = time.perf_counter()
+        t0 = clock()
         for b in blocks:
-            pol.score(b)
-        score_us = (time.perf_counter() - t0) / len(blocks) * 1e6
+            score(b)
+        score_us = (clock() - t0) / len(blocks) * 1e6
         gc.enable()
     source.close()
     return {"workload": workload, "policy": policy, "touches": m.block_touches,
@@ -185,6 +190,9 @@ def main() -> None:
     ap.add_argument("--gpu-blocks", type=int, default=6000)
     ap.add_argument("--host-blocks", type=int, default=12000)
     ap.add_argument("--no-train", dest="train", action="store_false")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="time observe and score by wall clock (the published tables) or by this "
+                         "thread's CPU time (steadier on a machine other work shares)")
     ap.add_argument("--no-safety-net", dest="safety_net", action="store_false",
                     help="without the runtime's LRU safety net (its cost is the difference)")
     ap.add_argument("--shares-tenants", default=None, metavar="N,N,...",
