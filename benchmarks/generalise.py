@@ -3,6 +3,8 @@
     python benchmarks/generalise.py                   # 24 applications x 2 capacities (~15 min, 2 cores)
     python benchmarks/generalise.py --apps 6 --jobs 1 # a quick subset
     python benchmarks/generalise.py --docs-only       # re-render the table from the JSON
+    python benchmarks/generalise.py --jobs 1 --rerun cachesage,kvflow,pbkv-lae,pbkv-he,pbkv-ta
+        # only these policies, the other figures kept from docs/results/generalise.json
 
 Each application is `agentrt generate random --seed S` (S = 1..apps): the seed draws the agents,
 their tools, who sees whose messages, the routing between agents, fan-out and compaction
@@ -29,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from regimes import AGENTRT, POLICIES, below_held, held_rate, run, verdict  # noqa: E402
-from results import DOCS, check_counts, sweep_flags, write  # noqa: E402
+from results import DOCS, check_counts, merge_rerun, rerun_flag, sweep_flags, write  # noqa: E402
 
 from agentrt.workloads.randomapp import draw_app  # noqa: E402
 
@@ -85,8 +87,11 @@ def summary(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sweep_flags(ap, json_name="docs/results/generalise.json", apps=True)
+    rerun_flag(ap)
     a = ap.parse_args()
     check_counts(ap, a)
+    rerun = a.rerun.split(",") if a.rerun else None
+    old = json.loads(OUT.read_text())["rows"] if rerun else []
     if a.docs_only:
         doc = json.loads(OUT.read_text())
     else:
@@ -95,11 +100,14 @@ def main() -> None:
                 ThreadPoolExecutor(a.jobs) as pool:
             tmp = Path(d)
             # one job per application: its capacities run one after the other on one trace
-            futures = [pool.submit(lambda s: [run("random", 1.0, LOAD, f, WORKFLOWS, tmp, s) for f in CAPACITY], s)
+            futures = [pool.submit(lambda s: [run("random", 1.0, LOAD, f, WORKFLOWS, tmp, s, policies=rerun)
+                                              for f in CAPACITY], s)
                        for s in seeds]
             rows = []
             for fut in futures:
                 for row in fut.result():
+                    if rerun:
+                        row = merge_rerun(old, row, ("seed", "capacity_factor"), rerun)
                     rows.append(row)
                     best, b, _, _, _ = verdict(row)
                     r = row["results"]

@@ -2,6 +2,8 @@
 
     python benchmarks/regimes.py                      # all regimes (about 30-60 min on 2 cores)
     python benchmarks/regimes.py --workloads coding,mix --workflows 60   # a quick subset
+    python benchmarks/regimes.py --workflows 80 --rerun cachesage,kvflow,pbkv-lae,pbkv-he,pbkv-ta
+        # only these policies, the other figures kept from docs/results/regimes/*.json
 
 A regime is one generated trace replayed under every policy in one `agentrt bench` run:
 - workload: each generator (`agentrt workloads`), 80 workflows (`--workflows`), seed 0;
@@ -35,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import DOCS, pct, sweep_flags, write  # noqa: E402
+from results import DOCS, merge_rerun, pct, rerun_flag, sweep_flags, write  # noqa: E402
 
 WORKLOADS = ["coding", "swebench", "gaia", "hover", "financebench", "humaneval", "mtbench", "mmlu",
              "gsm8k", "mix"]
@@ -146,17 +148,22 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--workflows", type=int, default=80, help="per trace (the published table's 80)")
     sweep_flags(ap, json_name="docs/results/regimes/*.json", jobs=False)
+    rerun_flag(ap)
     a = ap.parse_args()
+    rerun = a.rerun.split(",") if a.rerun else None
     outdir = DOCS / "results" / "regimes"
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="agentrt-regimes-") as d:
         tmp = Path(d)
         for w in ([] if a.docs_only else a.workloads.split(",")):
             rows = []
+            old = json.loads((outdir / f"{w}.json").read_text())["rows"] if rerun else []
             for tool in TOOL_SCALES:
                 for load in LOADS:
                     for f in CAPACITY:
-                        row = run(w, tool, load, f, a.workflows, tmp)
+                        row = run(w, tool, load, f, a.workflows, tmp, policies=rerun)
+                        if rerun:
+                            row = merge_rerun(old, row, ("tool_scale", "concurrency", "capacity_factor"), rerun)
                         rows.append(row)
                         best, b, of_oracle, headroom, gain = verdict(row)
                         print(f"{w:12s} tool x{tool:g} c{load:<3d} f{f:g} {row['gpu_blocks']:>7,} blocks: "

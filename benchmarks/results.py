@@ -190,6 +190,23 @@ def sweep_flags(ap: argparse.ArgumentParser, *, json_name: str, jobs: bool = Tru
                     help=f"re-render the docs from {json_name}, running nothing")
 
 
+def rerun_flag(ap: argparse.ArgumentParser) -> None:
+    """--rerun P,P: run only these policies and keep every other figure of the existing JSON (for
+    a change that can move only them: the LRU safety net has no part in `lru`, the `oracle` or
+    the offline bounds, which keep bit for bit what they had)."""
+    ap.add_argument("--rerun", default=None, metavar="P,P",
+                    help="run only these policies, keeping the other figures of the existing JSON")
+
+
+def merge_rerun(old_rows: list[dict], row: dict, key: tuple[str, ...], policies: list[str]) -> dict:
+    """`row` (a run of `policies` only) completed with the other policies' figures of the old row
+    of the same `key` fields; it says which policies this round re-ran (`rerun`)."""
+    old = next(r for r in old_rows if all(r[k] == row[k] for k in key))
+    merged = dict(old, seconds=row["seconds"], rerun=policies)
+    merged["results"] = {p: row["results"][p] if p in policies else r for p, r in old["results"].items()}
+    return merged
+
+
 def check_counts(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """Refuse (argparse's one-line error) --jobs and --apps below 1, where the script has them."""
     for name in ("jobs", "apps"):

@@ -31,3 +31,16 @@ def test_table_gives_the_oracle_below_the_held_bound(monkeypatch):
 def test_the_sweep_runs_the_held_bound(monkeypatch):
     mod = load_script(monkeypatch, "regimes")
     assert {"oracle", "belady-held", "belady"} <= set(mod.POLICIES)
+
+
+def test_a_rerun_replaces_only_the_policies_it_ran(monkeypatch):
+    mod = load_script(monkeypatch, "results")
+    old = [dict(_row("gaia", 0.38), command="agentrt bench ...", seconds=9.0),
+           dict(_row("gaia", 0.38), capacity_factor=1.0)]
+    new = {"tool_scale": 1.0, "concurrency": 8, "capacity_factor": 0.5, "seconds": 2.0,
+           "results": {"pbkv-he": {"hit_rate": 0.29, "safety_net": {"fallbacks": 1}}}}
+    got = mod.merge_rerun(old, new, ("tool_scale", "concurrency", "capacity_factor"), ["pbkv-he"])
+    assert got["results"]["pbkv-he"] == {"hit_rate": 0.29, "safety_net": {"fallbacks": 1}}
+    assert got["results"]["lru"] == {"hit_rate": 0.25} and got["results"]["belady-held"] == {"hit_rate": 0.38}
+    assert got["rerun"] == ["pbkv-he"] and got["command"] == "agentrt bench ..." and got["seconds"] == 2.0
+    assert old[0]["results"]["pbkv-he"] == {"hit_rate": 0.31}          # the old rows are not changed

@@ -16,7 +16,7 @@ from agentrt.runtime import events as ev
 from agentrt.runtime.actions import Prefetch
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.runtime import AgentRuntime
-from agentrt.runtime.safety_net import FALLBACK, POLICY, PROBE, NetConfig, SafetyNet
+from agentrt.runtime.safety_net import FALLBACK, MIN_HOLD, POLICY, PROBE, NetConfig, SafetyNet
 from agentrt.runtime.shadow_lru import ShadowLRU
 
 
@@ -137,6 +137,11 @@ class Fixed(Policy):
         return (7, block.last_touch)
 
 
+def fresh(rid: int) -> list[int]:
+    """A prompt nobody read before: both caches miss it."""
+    return list(range(1000 * rid, 1000 * rid + 20))
+
+
 def _feed(net, rid, ids, gpu_hit, now):
     info = _info(rid, ids)
     net.observe(ev.CallAdmitted(now, info, None, gpu_hit, 0))
@@ -146,7 +151,7 @@ def _feed(net, rid, ids, gpu_hit, now):
 
 def test_net_falls_back_while_the_policy_loses_and_returns_when_it_does_not():
     pol = Fixed()
-    net = SafetyNet(pol, NetConfig(window=1.0), cached=lambda: 1000)
+    net = SafetyNet(pol, NetConfig(), cached=lambda: 1000)
     block = SimpleNamespace(last_touch=42)
     ids = list(range(20))
     rid = 0
@@ -155,35 +160,36 @@ def test_net_falls_back_while_the_policy_loses_and_returns_when_it_does_not():
     while net.mode == POLICY:
         rid += 1
         _feed(net, rid, ids, 0, float(rid))
-        assert rid < 200
+        assert rid < 500
     assert net.mode == FALLBACK and net.fallbacks == 1
     e0 = net.epoch
     assert net.score(block) == 42                     # LRU order while it loses
     pol.epoch += 5                                    # the policy's bumps do not re-rank LRU keys
     assert net.epoch == e0
-    # in fallback the real cache is LRU: it hits as the shadow does, and the net probes again
+    # in fallback the real cache is LRU: it misses what the shadow misses (new prompts turn the
+    # cache over: the net's clock), and the net probes again
     while net.mode == FALLBACK:
         rid += 1
-        _feed(net, rid, ids, len(ids), float(rid))
+        _feed(net, rid, fresh(rid), 0, float(rid))
     assert net.mode == PROBE and net.probes == 1 and net.score(block) == (7, 42)
     # losing again doubles the next hold
     while net.mode == PROBE:
         rid += 1
         _feed(net, rid, ids, 0, float(rid))
-    assert net.mode == FALLBACK and net.hold_halves == 4
+    assert net.mode == FALLBACK and net.hold_halves == 8
     while net.mode == FALLBACK:
         rid += 1
-        _feed(net, rid, ids, len(ids), float(rid))
-    # the policy now hits as LRU does: back in control; the hold halves only after a long
-    # stretch without losing (4 x hold half-lives)
+        _feed(net, rid, fresh(rid), 0, float(rid))
+    # the policy now misses only what LRU misses: back in control; the hold halves only after a
+    # long stretch without losing (4 x hold half-lives of turnover)
     while net.mode == PROBE:
         rid += 1
-        _feed(net, rid, ids, len(ids), float(rid))
-    assert net.mode == POLICY and net.hold_halves == 4
-    for _ in range(400):
+        _feed(net, rid, fresh(rid), 0, float(rid))
+    assert net.mode == POLICY and net.hold_halves == 8
+    for _ in range(2000):
         rid += 1
-        _feed(net, rid, ids, len(ids), float(rid))
-    assert net.mode == POLICY and net.hold_halves == 2
+        _feed(net, rid, fresh(rid), 0, float(rid))
+    assert net.mode == POLICY and net.hold_halves == MIN_HOLD
     st_ = net.stats()
     assert st_["net_fallbacks"] == 2 and st_["net_probes"] == 2 and st_["net_fallback_s"] > 0
 
@@ -221,12 +227,13 @@ def test_no_net_for_lru_for_bounds_or_when_off():
 
 # ------------------------------------------------------------------ it only reorders
 class Random(Policy):
-    """Keys that change on every epoch: an order nothing like LRU's."""
+    """Keys that change on every epoch, an order nothing like LRU's, and of another kind than LRU's
+    (tuples against ints: a switch leaves keys of both kinds in the heap until it re-ranks)."""
     name = "random-keys"
     dynamic = True
 
     def score(self, block):
-        return hash((block.hash, block.depth, self.epoch)) % 97
+        return (hash((block.hash, block.depth, self.epoch)) % 97,)
 
 
 class NetCacheMachine(RuleBasedStateMachine):
@@ -273,6 +280,14 @@ class NetCacheMachine(RuleBasedStateMachine):
             self.policy.epoch += 1
         if mode != self.net.mode:
             self.net._switch(mode, self.now)
+
+    @precondition(lambda self: self.running)
+    @rule(i=st.integers(0, 50))
+    def switch_then_release(self, i):
+        """As in an engine: the net switches while observing a finish, and the call's release
+        pushes keys of the new kind into a heap still holding the old kind."""
+        self.net._switch(FALLBACK if self.net.mode != FALLBACK else PROBE, self.now)
+        self.cache.release(self.running.pop(i % len(self.running)), (), self.now)
 
     @rule(n=st.integers(1, 3))
     def evict(self, n):

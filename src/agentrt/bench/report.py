@@ -168,6 +168,20 @@ def print_result(doc: dict, console: Console | None = None) -> None:
         console.print(overload_text(doc["overload"]), style="bold yellow")
     if (note := oversize_text(doc)) is not None:
         console.print(note, style="bold yellow")
+    if (note := net_text(doc)) is not None:
+        console.print(note)
+
+
+def net_text(doc: dict) -> str | None:
+    """Which policies the LRU safety net held in LRU order, and for how long (None: none)."""
+    held = [(p, r["safety_net"]) for p, r in doc["results"].items()
+            if (r.get("safety_net") or {}).get("fallbacks")]
+    if not held:
+        return None
+    parts = [f"{p} for {net['fallback_share']:.0%} of the run ({net['fallbacks']} time"
+             f"{'s' if net['fallbacks'] > 1 else ''})" for p, net in held]
+    return ("LRU safety net: LRU order while the policy measurably lost to LRU on the same calls: "
+            + "; ".join(parts) + " (--no-safety-net: each policy's own order throughout).")
 
 
 def oversize_text(doc: dict) -> str | None:

@@ -13,10 +13,11 @@ Model
   policy's `fallback_key` if it has one, else `block.last_touch`); here the real cache is LRU,
   so mean(d) measures the shadow's own error against the engine's LRU, kept as `bias` (0 until
   measured, and only from the second half-life of a fallback on: before that the cache still
-  holds what the policy kept). After `hold` accesses in FALLBACK (two half-lives at first) the
-  net PROBEs: the policy's order again, on fresh evidence; losing again sends it back, one
-  half-life of evidence without losing returns it to POLICY. Every fallback but the first doubles
-  `hold` (up to `max_hold` half-lives); it halves again (down to two) for every 4 x `hold`
+  holds what the policy kept). After `hold` accesses in FALLBACK (four half-lives at first) the
+  net PROBEs: the policy's order again, on fresh evidence; after one half-life, a mean loss
+  beyond the margin (significant or not: on probation the benefit of the doubt is LRU's) sends
+  it back, anything else returns it to POLICY. Every fallback but the first doubles
+  `hold` (up to `max_hold` half-lives); it halves again (down to four) for every 4 x `hold`
   half-lives the policy stays in POLICY without losing: a policy that loses again and again ends
   up in LRU order most of the time, one that stopped losing earns short holds back. A wrong fallback costs at most what the policy would
   have gained over one hold; a losing policy is in control for about one half-life per doubling.
@@ -40,6 +41,7 @@ from agentrt.runtime.actions import Prefetch
 from agentrt.runtime.shadow_lru import ShadowLRU
 
 POLICY, FALLBACK, PROBE = "policy", "fallback", "probe"
+MIN_HOLD = 4                  # half-lives of the first (and shortest) fallback
 
 
 @dataclass(slots=True)
@@ -48,7 +50,7 @@ class NetConfig:
     enabled: bool = True
     margin: float = 0.005     # hit rate (a fraction) the policy may trail LRU before it counts
     z: float = 2.0            # standard errors of evidence asked for on top of the margin
-    window: float = 4.0       # half-life of the evidence, in shadow sizes of sampled accesses
+    window: float = 1.0       # half-life of the evidence, in shadow sizes of sampled misses
     max_hold: int = 32        # longest fallback before a probe, in half-lives
     target: int = 256         # sampled keys the shadow aims to hold (sets the sampling rate)
 
@@ -107,8 +109,9 @@ class SafetyNet:
         self._frozen = 0                 # the policy's epoch when the fallback began
         self.ev = _Evidence()            # this stretch (reset at every switch)
         self.bias = _Evidence()          # the shadow's error against the engine's LRU (FALLBACK)
-        self.hold_halves = 2             # the next fallback lasts this many half-lives
-        self._since = 0.0                # sampled accesses since the last switch
+        self.hold_halves = MIN_HOLD      # the next fallback lasts this many half-lives
+        self._since = 0.0                # sampled misses (turnover) since the last switch
+        self._quiet = 0.0                # the same, in control without losing, since the hold last halved
         self._switched_at: float | None = None
         self._last_now = 0.0
         # counters for metrics
@@ -175,24 +178,31 @@ class SafetyNet:
         self.real_hits += real
         self.shadow_hits += shadow
         d = shadow - real
+        # the clock is the real cache's turnover: its misses, in shadow sizes
         half = self.config.window * max(16.0, len(sh.touch))
-        keep = 0.5 ** (n / half)
-        self._since += n
+        turned = n - real
+        keep = 0.5 ** (turned / half)
+        self._since += turned
         if self.mode == FALLBACK:
             if self._since >= half:
                 self.bias.add(n, d, keep)
             if self._since >= self.hold_halves * half:
                 self._switch(PROBE, now)
             return
-        if self.mode == POLICY and self.hold_halves > 2 and self._since >= 4 * self.hold_halves * half:
-            self.hold_halves //= 2            # a long stretch in control without losing
-            self._since = 0.0
+        if self.mode == POLICY and self.hold_halves > MIN_HOLD:
+            self._quiet += turned
+            if self._quiet >= 4 * self.hold_halves * half:
+                self.hold_halves //= 2        # a long stretch in control without losing
+                self._quiet = 0.0
         ev_ = self.ev
         ev_.add(n, d, keep)
-        if ev_.n < half:                 # not yet one half-life of evidence
+        if self._since < half:           # not yet one half-life of evidence
             return
         bias = self.bias.mean() if self.bias.n >= half else 0.0
-        losing = ev_.mean() - bias > self.config.margin + self.config.z * ev_.se()
+        loss = ev_.mean() - bias - self.config.margin
+        # in control, the policy keeps it until it loses beyond doubt; on probation it must show
+        # no loss at all to get it back
+        losing = loss > self.config.z * ev_.se() if self.mode == POLICY else loss > 0
         if losing:
             if self.fallbacks:
                 self.hold_halves = min(2 * self.hold_halves, self.config.max_hold)
@@ -210,7 +220,7 @@ class SafetyNet:
             self.probes += 1
         self.mode = mode
         self._switched_at = now
-        self._since = 0.0
+        self._since = self._quiet = 0.0
         self.ev = _Evidence()
         self._bumps += 1
 

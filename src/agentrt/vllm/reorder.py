@@ -21,6 +21,9 @@ Cost bounds
   previous epoch's keys (newly freed blocks are placed by their current ones), and the next
   call after the gap re-ranks (`pending`). Policies that bump the epoch on every arrival and
   finish (PBKV, KVFlow, CacheSage) would otherwise re-score the whole queue nearly every step.
+- The runtime's LRU safety net switches between the policy's keys and LRU's (a new epoch): when
+  that epoch's re-rank is deferred, keys of the two kinds would meet in one comparison; the
+  re-rank then runs at once (a switch is rare).
 All scoring happens before the queue is touched, so a failing policy leaves the queue as it was.
 """
 
