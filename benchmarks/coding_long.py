@@ -11,7 +11,7 @@ system prompt, compaction when a session passes 120k tokens, requests needing th
 default turns, half the sessions delegating to explore subagents): 48 sessions, 12 at once,
 seed 0, mean prompt about 57k tokens. Memory follows the regime sweep's one rule: f x concurrency
 x mean prompt blocks, f in {2/3, 1, 4/3}; f = 2/3 is memory for eight sessions' contexts, the
-issue's. Block sizes 16, 32 and 64 (the trace regenerated at each). Each point is one
+issue's; block sizes 16 and 32 at f = 1 (the trace regenerated for each). Each point is one
 `agentrt bench --trace ... --gpu-blocks B --policies lru,AGENTRT...,oracle` (the safety net on,
 as by default) and one `--no-safety-net` run of the agentrt policies. Without a host tier `pbkv`
 and `pbkv-aggressive` rank as `pbkv-he` (their prefetch needs one), so they are not run apart.
@@ -38,7 +38,8 @@ AGENTRT = ["cachesage", "kvflow", "ttl", "pbkv-lae", "pbkv-he", "pbkv-ta"]
 CODING = ["--workflows", "48", "--concurrency", "12", "--seed", "0", "--set", "system_tokens=14000",
           "--set", "compact_min=120000", "--set", "compact_max=120000", "--set", "turns_scale=3",
           "--set", "max_turns=300", "--set", "explore_sessions=0.5"]
-POINTS = [(64, 2 / 3), (64, 1.0), (64, 4 / 3), (32, 1.0), (16, 1.0), (32, 4 / 3), (16, 4 / 3)]
+POINTS = [(64, 2 / 3), (64, 1.0), (64, 4 / 3), (32, 1.0), (16, 1.0)]
+WHY = [(64, 4 / 3), (16, 1.0)]        # the points the per-call-kind and decision tables are for
 APPS = [25, 27]
 OUT = DOCS / "results" / "coding_long.json"
 
@@ -96,8 +97,11 @@ def run_all(tmp: Path, why: bool) -> dict:
     if why:
         from lru_regret import analyse
         doc["why"] = []
-        for bs, f in ((64, 4 / 3), (16, 1.0)):
-            row = next(r for r in rows if r["block_size"] == bs and r["f"] == f and r["label"].startswith("coding"))
+        for bs, f in WHY:
+            row = next((r for r in rows if r["block_size"] == bs and r["f"] == f
+                        and r["label"].startswith("coding")), None)
+            if row is None:
+                continue
             pols = ["cachesage", "pbkv-lae", "pbkv-he", "pbkv-ta"]
             res = analyse(tmp / f"{row['label']}.jsonl", row["gpu_blocks"], pols)
             doc["why"].append({"label": row["label"], "block_size": bs, "f": f,

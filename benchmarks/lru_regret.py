@@ -10,10 +10,10 @@ training split). Two tables:
   least recently touched evictable leaf u), what v and u were, and which one a later call read
   first (Belady's judgement of the two: v read first = the policy kept the wrong block). A block's
   kind: `anchor` (a confirmed agent anchor: system prompt and tools), `ended` (no live thread),
-  else `AGENT` of the live thread that tagged it last, `/dead` when it is off that thread's
-  current path (a branch the thread left: a compaction's old history, a parallel instance's
-  finished branch), `/N threads` when N live threads tag it, and its workflow's state: `run` (a
-  call in flight), `idle` (waiting on a tool or its framework) under or over 10 s.
+  else the agents of the live threads that tagged it (`main+compact`: a history the compaction
+  call read too), `/dead` when it is on none of those threads' current paths (a branch they
+  left: a compacted history, a parallel instance's earlier branch), and its workflow's state:
+  `run` (a call in flight), `idle` (waiting on a tool or its framework) under or over 10 s.
 Counts are of eviction calls (one decision each), so they rank causes rather than weigh tokens.
 """
 
@@ -41,16 +41,19 @@ def kind(block, now: float, anchors: set) -> str:
     live = [t for t in threads_of(block.meta) if not t.workflow.ended] if block.meta is not None else []
     if not live:
         return "ended"
-    th = live[-1]
-    node, on_path = th.last_node, False
+    on_path = any(_above(block, th.last_node) for th in live)
+    wf = live[-1].workflow
+    state = "run" if wf.running else ("idle<10s" if now - (wf.last_finish or now) < 10 else "idle>=10s")
+    return "+".join(sorted({th.agent for th in live})) + ("" if on_path else "/dead") + ":" + state
+
+
+def _above(block, node) -> bool:
+    """`block` is `node` or one of its ancestors."""
     while node is not None:
         if node is block:
-            on_path = True
-            break
+            return True
         node = node.parent
-    wf = th.workflow
-    state = "run" if wf.running else ("idle<10s" if now - (wf.last_finish or now) < 10 else "idle>=10s")
-    return th.agent + ("" if on_path else "/dead") + (f"/{len(live)} threads" if len(live) > 1 else "") + ":" + state
+    return False
 
 
 class Probe(Simulator):
