@@ -182,3 +182,13 @@ def test_bench_trace_and_workload_side_by_side(tmp_path):
     res = invoke("bench", "--trace", str(out), "--policies", "lru,belady,infinite", "--quiet", "--json", str(tmp_path / "r.json"))
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["workflows"] == 10 and str(out) in res.stdout
+
+
+def test_generate_takes_generator_options(tmp_path):
+    out = tmp_path / "c.jsonl"
+    r = runner.invoke(app, ["generate", "coding", "--workflows", "2", "--set", "system_tokens=14000",
+                                 "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "system_tokens=14000" in TraceReader(out).header.description
+    bad = runner.invoke(app, ["generate", "coding", "--set", "system_tokens", "-o", str(out)])
+    assert bad.exit_code != 0 and "OPTION=VALUE" in str(bad.exception)

@@ -172,3 +172,37 @@ def test_signal_tells_the_rare_next_steps_but_noise_hides_them(label, key):
         return _auc(pos, neg)
     clear, noisy = auc(0.3), auc(5.0)
     assert clear > 0.75 and noisy < clear - 0.15
+
+
+def _calls(options=None, workflows=12, seed=3):
+    return list(get_workload("coding", options).generate(GenConfig(workflows=workflows, seed=seed)))
+
+
+def test_options_at_their_defaults_generate_the_same_trace():
+    defaults = {"system_tokens": 12_000, "compact_min": 80_000, "compact_max": 100_000,
+                "turns_scale": 1.0, "max_turns": 90, "explore_sessions": 1.0}
+    a, b = _calls(), _calls(defaults)
+    assert [(c.workflow, c.call, c.agent, c.hash_ids, c.think_ms) for c in a] == \
+           [(c.workflow, c.call, c.agent, c.hash_ids, c.think_ms) for c in b]
+
+
+def test_the_long_end_options_shape_the_sessions():
+    long = {"system_tokens": 14_000, "compact_min": 30_000, "compact_max": 30_000, "turns_scale": 2,
+            "max_turns": 200, "explore_sessions": 0.0}
+    calls = _calls(long)
+    agents = {c.agent for c in calls}
+    assert EXPLORE not in agents and COMPACT in agents                 # nobody delegates; all compact
+    first = [c for c in calls if c.call == 0]
+    assert all(c.input_length >= 14_000 for c in first)
+    assert len(calls) > len(_calls())                                   # twice the turns
+    wl = get_workload("coding", long)
+    assert "explore_sessions=0.0" in wl.header(GenConfig()).description
+    assert "options" not in WL.header(GenConfig()).description
+
+
+@pytest.mark.parametrize("bad", [{"nope": 1}, {"turns_scale": 0}, {"compact_min": 9, "compact_max": 8},
+                                 {"explore_sessions": 1.5}])
+def test_bad_options_are_one_clear_error(bad):
+    from agentrt.errors import AgentrtError
+    with pytest.raises(AgentrtError, match="coding"):
+        get_workload("coding", bad)

@@ -18,6 +18,16 @@ Model (after the PBKV paper)
   (1 - E) p + E q, q ~ Dirichlet(1), seeded; E = 1 is pure noise.
 The predictor is any `WorkflowPredictor` (agentrt.predict); without one (or untrained) every
 active block scores 0, so `pbkv-he` degrades exactly to `pbkv-lae`.
+Where the published rule loses (kept as published; docs/results.md, "Long coding-agent
+sessions"): a block stays active while any agent that used it may be called again, and its score
+sums those agents' values. When a context is compacted, its old history was read by the main
+agent and by the compaction call, so it scores both and outranks the live context of every other
+session until its workflow ends, though no call reads it again; and live sessions rank by
+predicted steps, not by when their next call comes, so one that just went idle on a short tool
+can go before one whose subagents run for minutes. On long coding sessions that compact this
+puts `pbkv-he` (and `pbkv`, whose eviction it is) below LRU; the runtime's LRU safety net
+(`runtime/safety_net.py`) then ranks by LRU while it loses. PBKV-TA's dead-branch untagging and
+time-aware densities are agentrt's answer to both (`pbkv_time.py`).
 Without torch_geometric (the `gnn` extra) a policy asked to train a GraphSAGE or R-GCN predictor
 says so (`SetupWarning`) and trains the Markov predictor instead (PBKV-TA also keeps its
 online forecasts, pbkv_time.py).
@@ -66,7 +76,8 @@ class PBKVLAEPolicy(Policy):
 
 class PBKVHEPolicy(PBKVLAEPolicy):
     name = "pbkv-he"
-    description = "PBKV hierarchical eviction: retired first, then the K-step lookahead reuse score"
+    description = ("PBKV hierarchical eviction (as published): retired first, then the K-step lookahead "
+                   "reuse score; below LRU where contexts are compacted (docs/results.md)")
 
     def __init__(self, predictor=None, predictor_kind: str = "graphsage", gamma: float = 0.8,
                  predictor_noise: float = 0.0, horizon: int = 4, seed: int = 0,
@@ -203,7 +214,8 @@ class PBKVHEPolicy(PBKVLAEPolicy):
 
 class PBKVPolicy(PBKVHEPolicy):
     name = "pbkv"
-    description = "PBKV full system: hierarchical eviction + conservative host-to-GPU prefetch"
+    description = ("PBKV full system (as published): pbkv-he's eviction + conservative host-to-GPU "
+                   "prefetch; below LRU where contexts are compacted, as pbkv-he")
     acts = True
     aggressive = False
 
