@@ -4,23 +4,25 @@ Model
 - Beside the real cache, a sampled shadow LRU (`shadow_lru.py`) runs on the same stream of
   calls and learns, for each call, how many of its sampled prompt blocks LRU would have served;
   the real cache says how many the policy served. Per call, d = shadow hits - real hits.
-- Evidence: decayed sums of d, d^2 and sampled blocks N, with a half-life of `window` times the
-  shadow's size in sampled accesses (so the memory of the test is a few turnovers of the cache,
-  whatever its size). The policy is losing when, with at least one half-life of evidence,
+- Evidence: decayed sums of d, d^2 and sampled blocks N. The clock is the real cache's turnover:
+  its sampled misses, in shadow sizes, so the memory of the test is `window` turnovers of the
+  cache whatever its size and hit rate (a policy's choices show in hits only once the cache has
+  turned over). The policy is losing when, after at least one half-life,
       mean(d) - bias > margin + z * se,    se = sqrt(sum (d - mean(d) n)^2) / N
   (calls are the independent units: a call's blocks hit or miss together).
 - States. POLICY: the policy's order. FALLBACK: every block's key is its LRU key (the wrapped
   policy's `fallback_key` if it has one, else `block.last_touch`); here the real cache is LRU,
   so mean(d) measures the shadow's own error against the engine's LRU, kept as `bias` (0 until
   measured, and only from the second half-life of a fallback on: before that the cache still
-  holds what the policy kept). After `hold` accesses in FALLBACK (four half-lives at first) the
-  net PROBEs: the policy's order again, on fresh evidence; after one half-life, a mean loss
-  beyond the margin (significant or not: on probation the benefit of the doubt is LRU's) sends
-  it back, anything else returns it to POLICY. Every fallback but the first doubles
-  `hold` (up to `max_hold` half-lives); it halves again (down to four) for every 4 x `hold`
-  half-lives the policy stays in POLICY without losing: a policy that loses again and again ends
-  up in LRU order most of the time, one that stopped losing earns short holds back. A wrong fallback costs at most what the policy would
-  have gained over one hold; a losing policy is in control for about one half-life per doubling.
+  holds what the policy kept). After `hold` half-lives in FALLBACK (four at first) the net
+  PROBEs: the policy's order again, on fresh evidence; after one half-life, a mean loss beyond
+  the margin (significant or not: on probation the benefit of the doubt is LRU's) sends it back,
+  anything else returns it to POLICY. Every fallback but the first doubles `hold` (up to
+  `max_hold`); it halves again (down to four) for every 4 x `hold` half-lives the policy stays
+  in POLICY without losing: a policy that loses again and again ends up in LRU order most of the
+  time, one that stopped losing earns short holds back. A wrong fallback costs at most what the
+  policy would have gained over one hold; a losing policy is in control for about one half-life
+  per doubling.
 - The net never changes which blocks may be evicted (locks, leaves, tiers are the cache's), only
   their order: it wraps `score`. Each switch bumps `epoch`, so the cache re-ranks once; in
   FALLBACK the wrapped policy's epoch bumps are not passed on (LRU keys do not change without a
