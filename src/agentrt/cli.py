@@ -64,6 +64,7 @@ def bench(
     gpu_blocks: Optional[int] = typer.Option(None, "--gpu-blocks", help=f"GPU KV capacity in blocks (default: what the preset's memory holds; {defaults.RUN_GPU_BLOCKS:,} for the default run)"),
     host_blocks: int = typer.Option(0, "--host-blocks", help="host-tier capacity in blocks (0: no host tier)"),
     preset: str = typer.Option(defaults.PRESET, "--preset", help="model and GPU preset (see `agentrt presets`)"),
+    preset_file: Optional[Path] = typer.Option(None, "--preset-file", help="an engine measured by `agentrt calibrate`: its costs, KV pool (unless --gpu-blocks), scheduler limits and caching point (unless --cache-at)"),
     seed: int = typer.Option(defaults.SEED, "--seed", help="seed of the generated workload and of the policies"),
     workflows: int = typer.Option(defaults.WORKFLOWS, "--workflows", help="workflows to generate (with --workload or the default run; as `agentrt generate`)"),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help=f"replay closed loop with this many workflows at once (default: the trace's; {defaults.CONCURRENCY} for a generated workload, as `agentrt generate`)"),
@@ -112,7 +113,8 @@ def bench(
         if live:
             raise AgentrtError(f"{', '.join(live)}: for --engine vllm only (the simulator would ignore them)")
     spec = bench_spec(trace=trace, workload=workload, policies=policies, engine=engine,
-                      gpu_blocks=gpu_blocks, host_blocks=host_blocks, preset=preset, seed=seed,
+                      gpu_blocks=gpu_blocks, host_blocks=host_blocks, preset=preset,
+                      preset_file=preset_file, seed=seed,
                       workflows=workflows, concurrency=concurrency, tool_scale=tool_scale,
                       time_scale=time_scale, json_path=json_path, csv_path=csv_path, plot=plot,
                       train=train, train_fraction=train_fraction, predictor=predictor,
@@ -183,11 +185,16 @@ def schedulers() -> None:
 
 
 @app.command()
-def presets() -> None:
-    """List the model and GPU presets of the engine simulator."""
+def presets(file: Optional[Path] = typer.Option(None, "--file", help="show what a preset file (from `agentrt calibrate`) contains")) -> None:
+    """List the model and GPU presets of the engine simulator, or what a preset file holds."""
     from rich.table import Table
 
     from agentrt.bench.report import print_wide
+    if file is not None:
+        from agentrt.engine.preset_file import describe, load_preset_file
+        for what, value in describe(load_preset_file(file)):
+            typer.echo(f"{what:18s} {value}")
+        return
     from agentrt.engine.costs import CostModel
     from agentrt.engine.presets import PRESETS
     t = Table(title="engine presets (times from the cost model)")
@@ -206,7 +213,8 @@ def presets() -> None:
 # --- commands defined in other modules -------------------------------------------------------
 def _register_extra_commands() -> None:
     import importlib
-    for mod in ("agentrt.workloads.cli", "agentrt.predict.cli", "agentrt.serve.cli", "agentrt.cluster.cli"):
+    for mod in ("agentrt.workloads.cli", "agentrt.predict.cli", "agentrt.serve.cli", "agentrt.cluster.cli",
+                "agentrt.enginebench.cli"):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:

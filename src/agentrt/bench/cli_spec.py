@@ -30,7 +30,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                max_hold: float | None, tenant_weights: str | None, replicas: int = 1,
                router: str | None = None, shared_chunk_tokens: int | None = None,
                tool_hints: float | None = None, transfer_gbps: float | None = None,
-               prefix_hold: bool = True, cache_at: str | None = None, router_set: list[str] | None = None):
+               prefix_hold: bool = True, cache_at: str | None = None, router_set: list[str] | None = None,
+               preset_file: Path | None = None):
     """The bench run the command line asks for, with the defaults filled in and every value
     checked (`BenchSpec.validate`); nothing generated or replayed yet."""
     from agentrt.bench.runner import BenchOptions
@@ -85,7 +86,17 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     if shaped and not any(n in PBKV_PREDICTING for n in names):
         raise AgentrtError(f"{' and '.join(shaped)} {'is' if len(shaped) == 1 else 'are'} for "
                            f"{', '.join(PBKV_PREDICTING)}; none is in --policies")
+    if preset_file is not None:
+        if engine != "sim":
+            raise AgentrtError("--preset-file describes an engine for the simulator; with --engine vllm "
+                               "the engine is measured, not modelled (agentrt calibrate writes one)")
+        if preset != defaults.PRESET:
+            raise AgentrtError("give either --preset or --preset-file, not both")
+        from agentrt.engine.preset_file import load_preset_file
+        if cache_at is None:             # the measured engine's own caching point
+            cache_at = load_preset_file(preset_file).cache_at
     opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
+                        preset_file=str(preset_file) if preset_file is not None else None,
                         concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                         time_scale=time_scale, train_path=str(train) if train else None,
                         policy_options=popts, scheduler=scheduler, tool_hints=tool_hints,

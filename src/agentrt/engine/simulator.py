@@ -52,7 +52,7 @@ from agentrt.engine.lifecycle import RequestLifecycle
 from agentrt.engine.metrics import Metrics
 from agentrt.engine.preemption import Preemption
 from agentrt.engine.presets import Preset
-from agentrt.engine.replay import WorkflowReplay
+from agentrt.engine.replay import DelayedArrivals, WorkflowReplay
 from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, WAITING, Request
 from agentrt.engine.tool_hints import ToolHints
 from agentrt.runtime.policy import Policy
@@ -76,6 +76,7 @@ class EngineConfig:
     max_batch_tokens: int = 8192
     max_running: int = 256
     cache_at: str = "prefill"          # when computed prompt blocks become hits: CACHE_AT
+    request_overhead_s: float = 0.0    # issue -> engine: an API server's path (a measured engine's)
 
     def __post_init__(self) -> None:
         if self.cache_at not in CACHE_AT:
@@ -124,6 +125,8 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
         if self._at_schedule:
             self.sched.engine_caches_at_schedule()
         self.replay = arrivals if arrivals is not None else WorkflowReplay(calls, concurrency, time_scale)
+        if config.request_overhead_s > 0 and arrivals is None:
+            self.replay = DelayedArrivals(self.replay, config.request_overhead_s)
         self.metrics = Metrics()
         self.stream: list | None = [] if record_stream else None
         # (stream position, request key, +1 held / -1 released, tenant, hash ids): when a user

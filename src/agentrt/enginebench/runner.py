@@ -186,6 +186,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
     from agentrt.trace.writer import write_trace
     # what was replayed, for the simulator side by side: bench --trace replayed.jsonl --train train.jsonl
     write_trace(log_dir / "replayed.jsonl", source.header, calls)
+    write_engine_trace(log_dir / "replayed-engine.jsonl", source.header, calls, info["vocab"], opts)
     train_trace = opts.train_path
     if split and not train_trace:
         train_trace = str(log_dir / "train.jsonl")
@@ -255,6 +256,20 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
     ordered = {lb: results[lb] for lb, _, _ in runs}
     return {"trace": source.label, "calls": first["calls"], "workflows": first["workflows"],
             "config": config, "results": ordered, "lru_reference": None}
+
+
+def write_engine_trace(path: Path, header, calls: list[Call], vocab: int, opts: EngineBenchOptions) -> None:
+    """The replayed calls as the engine was sent them (`trace/reblock.py`): what the simulator
+    replays on a preset measured on this engine (`agentrt calibrate`, benchmarks/fidelity.py)."""
+    from agentrt.trace.reblock import reblock
+    from agentrt.trace.writer import write_trace
+    r = Renderer(vocab, header.block_size, opts.scale, opts.seed, max_model_len=opts.max_model_len)
+    if opts.block_size % r.tokens_per_block:
+        return              # engine blocks do not align with rendered trace blocks: not written
+    from dataclasses import replace
+    scaled = [replace(c, think_ms=c.think_ms * opts.think_scale) for c in calls]   # as the client waits
+    head, sent = reblock(header, scaled, r.tokens_per_block, opts.block_size, r.sent_length, r.output_tokens)
+    write_trace(path, head, sent)
 
 
 def _needs_training(name: str) -> bool:
