@@ -25,6 +25,12 @@ SIZES = {
     "small": dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
                   num_attention_heads=16, num_key_value_heads=16, vocab=8192),
 }
+# shapes served with vLLM's dummy weights (`--load-format dummy`): config and tokenizer only, for
+# GPU machines (benchmarks/gpu/run.py); Llama-3.1-8B's layers, widths and heads, a small vocabulary
+CONFIG_ONLY = {
+    "llama3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                        num_attention_heads=32, num_key_value_heads=8, vocab=8192),
+}
 SPECIAL = ["<unk>", "<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -94,6 +100,31 @@ def build_model(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> Path:
     info = {"size": size, "vocab": len(tok), "params": sum(t.numel() for t in model.parameters()),
             "seed": seed, "build_s": round(time.time() - t0, 2)}
     done.write_text(json.dumps(info, indent=1))
+    return out
+
+
+def build_config_only(out_dir: str | Path, shape: str = "llama3.1-8b") -> Path:
+    """A model directory with config.json and a tokenizer but no weights, for vLLM's
+    `--load-format dummy` (random weights made on the device; nothing downloaded or written)."""
+    if shape not in CONFIG_ONLY:
+        raise ValueError(f"unknown shape {shape!r}; valid: {', '.join(CONFIG_ONLY)}")
+    out = Path(out_dir)
+    done = out / "build_info.json"
+    if done.exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    from transformers import LlamaConfig
+    spec = dict(CONFIG_ONLY[shape])
+    tok = _tokenizer(out, spec.pop("vocab"))
+    cfg = LlamaConfig(vocab_size=len(tok), max_position_embeddings=MAX_LEN, rms_norm_eps=1e-5,
+                      rope_theta=500000.0, tie_word_embeddings=False, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      torch_dtype="bfloat16", **spec)
+    cfg.save_pretrained(str(out))
+    h = spec["hidden_size"]
+    params = (spec["num_hidden_layers"] * (4 * h * h * spec["num_key_value_heads"] // spec["num_attention_heads"] // 2
+                                           + 2 * h * h + 3 * h * spec["intermediate_size"]) + 2 * h * len(tok))
+    done.write_text(json.dumps({"size": shape, "vocab": len(tok), "params": params, "weights": "dummy"}, indent=1))
     return out
 
 
