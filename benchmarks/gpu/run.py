@@ -167,8 +167,9 @@ def step_engine(name: str, have_vllm: bool, dry: bool) -> dict:
     if not Path(script[0]).exists() and script[0] != "-m":
         return {"status": "missing", "script": script[0]}
     if dry or not have_vllm:
+        path = os.pathsep.join(x for x in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if x)
         p = subprocess.run([sys.executable, *script], capture_output=True, text=True, timeout=300,
-                           env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+                           env=dict(os.environ, PYTHONPATH=path))
         return {"status": "checked" if p.returncode == 0 else "broken", "ran": False,
                 "reason": None if have_vllm else "no vLLM on this machine", "help_ok": p.returncode == 0}
     return {"status": "not run", "reason": "the GPU engine runs need a GPU build of the connector's "
