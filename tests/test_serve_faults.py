@@ -217,7 +217,7 @@ def test_an_answer_ending_in_a_tool_call_reaches_the_runtime(stream):
         assert [c["tool_call"] for c in list(b.recent)[-2:]] == [False, True]
         assert b.runtime.policy.pins == 1
         assert 'agentrt_tool_calls_total{agent="coder",policy="ttl",tenant="default"} 1.0' in httpx.get(s.url + "/metrics").text
-        assert b.runtime.workflows["w-tool"].threads["coder"].pinned_until > 0
+        assert b.runtime.workflows[("default", "w-tool")].threads["coder"].pinned_until > 0
     finally:
         s.stop()
         u.close()
