@@ -149,7 +149,7 @@ class RuntimeBridge(ActLoop):
         return call
 
     def _info(self, body: dict, ident: Identity, blocks: PromptBlocks) -> ev.CallInfo:
-        wf = self.runtime.workflows.get(ident.key)
+        wf = self.runtime.workflow(ident.tenant, ident.key)
         index = wf.calls if wf is not None else 0  # as the connector counts
         # the expected output `fair` charges at arrival, before vLLM judges the value: one it
         # will refuse (below 1, not an integer) or past any context counts as unknown (0), so a
