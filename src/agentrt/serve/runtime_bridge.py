@@ -102,6 +102,7 @@ class RuntimeBridge(ActLoop):
         self._logged: set[str] = set()
         self._wake = asyncio.Event()
         self.salts: Callable[[str], str | None] = lambda tenant: None     # tenant -> cache_salt
+        self.capacity_stale = False      # re-read the engine's KV capacity (the upstream failed)
 
     # ------------------------------------------------------------------ guarded runtime calls
     def _guard(self, where: str, fn, *args, default=None):
@@ -121,6 +122,10 @@ class RuntimeBridge(ActLoop):
 
     def next_call_number(self) -> int:
         return next(self._calls)
+
+    def upstream_failed(self) -> None:
+        """The upstream could not be reached: it may come back restarted, with another KV pool."""
+        self.capacity_stale = True
 
     # ------------------------------------------------------------------ user calls
     def arrive(self, endpoint: str, body: dict, ident: Identity) -> Call:
