@@ -133,7 +133,9 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
                            kv_capacity_tokens=cfg.kv_capacity_tokens or 0,
                            act_interval_s=cfg.act_interval_s, clock=clock,
                            scheduler=cfg.scheduler, scheduler_options=cfg.scheduler_options,
-                           known_tenants=len(set(cfg.auth.tenants.values())) if cfg.auth is not None else 0)
+                           known_tenants=len(set(cfg.auth.tenants.values())) if cfg.auth is not None else 0,
+                           template_bytes_per_tenant=cfg.template_bytes_per_tenant,
+                           template_bytes=cfg.template_bytes)
     salts = Salts.from_sources(cfg.cache_salt_secret_file)
     # without auth the default tenant stays unsalted: it shares the engine's cache with direct vLLM
     # clients, as before; every named tenant (and every tenant under auth) gets its own namespace

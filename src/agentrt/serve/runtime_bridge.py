@@ -36,13 +36,13 @@ from agentrt.errors import AgentrtError
 from agentrt.policies.registry import BOUNDS, make_policy
 from agentrt.runtime import events as ev
 from agentrt.runtime.runtime import AgentRuntime
-from agentrt.runtime.tenant_lru import TenantLRU
 from agentrt.serve.blocks import PromptBlocks, chat_segments, completion_segments
 from agentrt.serve.blocks import prompt_blocks, template, tenant_seed
 from agentrt.serve.act_loop import ActLoop
 from agentrt.serve.identity import Identity
 from agentrt.serve.metrics import ServeMetrics, usage_tokens
 from agentrt.serve.scheduler import ServeScheduler
+from agentrt.serve.templates import TemplateStore
 from agentrt.serve.validate import MAX_OUTPUT_TOKENS
 from agentrt.serve.view import CacheEstimate
 
@@ -70,7 +70,8 @@ class RuntimeBridge(ActLoop):
                  act_interval_s: float = 0.25, clock: Callable[[], float] = time.monotonic,
                  max_templates: int = 4096, max_agent_labels: int = 256,
                  max_tenant_labels: int = 256, scheduler: str = "fcfs",
-                 scheduler_options: dict | None = None, known_tenants: int = 0) -> None:
+                 scheduler_options: dict | None = None, known_tenants: int = 0,
+                 template_bytes_per_tenant: int = 8 << 20, template_bytes: int = 64 << 20) -> None:
         if policy in BOUNDS:
             raise AgentrtError(f"'{policy}' is a bound (it needs the future of a trace), not a policy "
                                f"a server can run")
@@ -95,8 +96,8 @@ class RuntimeBridge(ActLoop):
         self.warming = False
         self.warmups_sent = 0
         self.recent: deque = deque(maxlen=256)
-        # (tenant, agent) -> its latest prompt's template; split by tenant (tenant_lru.py)
-        self._templates = TenantLRU(max_templates)
+        # (tenant, agent) -> its latest prompt's template, bounded by count and bytes (templates.py)
+        self._templates = TemplateStore(max_templates, template_bytes_per_tenant, template_bytes)
         self._rid = itertools.count(1)
         self._calls = itertools.count(1)
         self._logged: set[str] = set()
