@@ -23,7 +23,7 @@ CHAT = {"model": "m", "messages": [{"role": "system", "content": "You plan. " * 
 
 @pytest.fixture
 def srv(up):
-    s = start_serve(up.url, "cachesage", read_timeout_s=1.0)
+    s = start_serve(up.url, "cachesage", read_timeout_s=2.0)     # under 3 s, the fakes' hang; over a loaded machine's stall
     yield s
     s.stop()
 
