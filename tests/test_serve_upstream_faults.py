@@ -7,6 +7,7 @@ after working on it (never sent twice), and client disconnects kept apart from u
 from __future__ import annotations
 
 import concurrent.futures as cf
+import socket
 import time
 
 import pytest
@@ -101,7 +102,6 @@ def test_headers_vllm_acts_on_never_reach_it(strict, tmp_path, auth):
 
 
 def test_repeated_allowed_headers_go_once(srv, strict):
-    import socket
     body = httpx.Request("POST", "/", json=CHAT).content
     with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
@@ -156,3 +156,29 @@ def test_a_client_that_leaves_is_no_upstream_error(up):
         assert upstream_errors(s) == ""
     finally:
         s.stop()
+
+
+def test_kv_capacity_is_read_again_when_the_upstream_comes_back(monkeypatch):
+    """Item 11: started while vLLM is down the capacity is unknown (0); it is read once vLLM is
+    up, and read again after a restart with another pool (a failed call marks it stale)."""
+    from agentrt.serve import capacity
+    monkeypatch.setattr(capacity, "RETRY_S", 0.2)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    s = start_serve(f"http://127.0.0.1:{port}", "cachesage", kv_capacity_tokens=None, connect_timeout_s=1)
+    b = s.app.state.bridge
+    u = None
+    try:
+        assert b.cache.capacity_tokens == 0
+        u = StrictUpstream(port, capacity=4096)
+        assert wait_until(lambda: b.cache.capacity_tokens == 4096, 5)
+        u.close()
+        assert post(s).status_code == 502 and b.capacity_stale
+        u = StrictUpstream(port, capacity=8192)               # restarted with another pool
+        assert wait_until(lambda: b.cache.capacity_tokens == 8192, 5)
+        assert post(s).status_code == 200
+    finally:
+        s.stop()
+        if u is not None:
+            u.close()

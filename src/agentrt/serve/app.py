@@ -14,6 +14,7 @@ before the body) is dropped: priorities are not the client's to choose.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -26,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agentrt.serve import capacity
 from agentrt.serve.answers import upstream_error
 from agentrt.serve.auth import TENANT_RE, AuthConfig, Principal, Salts, default_unsalted, tenant_scoped
 from agentrt.serve.headers import ForwardHeaders, check_forward_names
@@ -109,19 +111,6 @@ def _response_headers(resp: httpx.Response) -> dict:
     return {k: v for k, v in resp.headers.items() if k.lower() not in DROP_RESPONSE}
 
 
-async def kv_capacity_tokens(client: httpx.AsyncClient) -> int | None:
-    """The upstream's KV pool in tokens, from vLLM's `vllm:cache_config_info` metric."""
-    r = await client.get("/metrics", timeout=10)
-    for line in r.text.splitlines():
-        if line.startswith("vllm:cache_config_info{"):
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-            if labels.get("kv_cache_size_tokens", "").isdigit():
-                return int(labels["kv_cache_size_tokens"])
-            if labels.get("num_gpu_blocks", "").isdigit() and labels.get("block_size", "").isdigit():
-                return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
-    return None
-
-
 def _err(status: int, message: str) -> JSONResponse:
     return JSONResponse(error_body(message, ERROR_TYPES.get(status, "Error"), None, status), status_code=status)
 
@@ -135,7 +124,7 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
                            scheduler=cfg.scheduler, scheduler_options=cfg.scheduler_options,
                            known_tenants=len(set(cfg.auth.tenants.values())) if cfg.auth is not None else 0,
                            template_bytes_per_tenant=cfg.template_bytes_per_tenant,
-                           template_bytes=cfg.template_bytes)
+                           template_bytes=cfg.template_bytes, warmup_share=cfg.warmup_share)
     salts = Salts.from_sources(cfg.cache_salt_secret_file)
     # without auth the default tenant stays unsalted: it shares the engine's cache with direct vLLM
     # clients, as before; every named tenant (and every tenant under auth) gets its own namespace
@@ -156,17 +145,17 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
         timeout = httpx.Timeout(connect=cfg.connect_timeout_s, read=cfg.read_timeout_s, write=60.0, pool=None)
         client = state["client"] = httpx.AsyncClient(base_url=cfg.upstream, timeout=timeout)
         state["pool"] = UpstreamPool(cfg.upstream, cfg.connect_timeout_s, cfg.read_timeout_s)
+        tasks = [bridge.start(post_json)]
         if cfg.kv_capacity_tokens is None:
-            try:
-                bridge.cache.capacity_tokens = await kv_capacity_tokens(client) or 0
-            except httpx.HTTPError as e:
-                log.warning("could not read the upstream's KV capacity (%s); warm-up decisions "
-                            "assume nothing stays cached", e)
-        task = bridge.start(post_json)
+            if not await capacity.read_into(bridge, client):
+                log.warning("could not read the upstream's KV capacity; warm-up decisions assume "
+                            "nothing stays cached until it can be read (tried again every 5 s)")
+            tasks.append(asyncio.ensure_future(capacity.refresh_loop(bridge, client)))
         try:
             yield
         finally:
-            await bridge.stop(task)
+            for task in tasks:
+                await bridge.stop(task)
             await state["pool"].aclose()
             await client.aclose()
 
@@ -215,6 +204,8 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
         except httpx.HTTPError as e:
             code = f"unreachable: {e!r}"
         ok = code == 200
+        if not ok:
+            bridge.upstream_failed()
         out = {"status": "ok" if ok else "unhealthy", "upstream": cfg.upstream, "upstream_status": code,
                "policy": cfg.policy, "scheduler": cfg.scheduler}
         if cfg.auth is not None:          # no internal addresses or errors for anonymous callers

@@ -170,7 +170,7 @@ class HotPath:
             dec = body_decoder(resp.header(b"content-encoding"))
             if resp.status == 200 and ctype_up.startswith(b"text/event-stream"):
                 status = "broken"
-                status, usage, tool = await self._relay(send, resp, headers, dec, ctx)
+                status, usage, tool = await self._relay(send, resp, headers, dec, ctx, call)
                 return
             try:
                 content = await resp.read()
@@ -192,11 +192,13 @@ class HotPath:
                 ctx["conn"].writer.transport.abort()    # failed or cancelled before an answer
             bridge.finish(call, status, usage, tool)
 
-    async def _relay(self, send, resp, headers, dec, ctx) -> tuple:
+    async def _relay(self, send, resp, headers, dec, ctx, call=None) -> tuple:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         usage, tail, tool, edge = None, b"", False, b""
         try:
             async for chunk in resp.chunks():
+                if call is not None and not call.answering:
+                    self.bridge.answering(call)      # past its prefill: warm-ups may go beside it
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 if dec is False:
                     continue
