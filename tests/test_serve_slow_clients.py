@@ -91,11 +91,19 @@ def test_a_trickling_body_is_cut_at_the_body_timeout(guarded, up):
 
 def test_idle_connections_make_room_for_callers(guarded, up):
     """More idle connections than `max_connections`: the longest idle are closed as new ones
-    come, long before the head timeout would, and a normal call gets through."""
+    come, long before the head timeout would, a caller's kept-alive connection is not among
+    them (connections that never sent a whole head go first), and normal calls get through."""
     book = guarded.server.config.http_protocol_class.guard_book
-    idle = [connect(guarded.port) for _ in range(60)]
-    assert wait_until(lambda: book.evicted >= 36, 3)
-    assert len(book.live) <= 24
+    with httpx.Client(base_url=guarded.url) as caller:
+        assert caller.post("/v1/chat/completions", content=CHAT,
+                           headers={"content-type": "application/json"}).status_code == 200
+        assert wait_until(lambda: len(book.idle) == 1, 2)
+        kept = next(iter(book.idle))
+        idle = [connect(guarded.port) for _ in range(60)]
+        assert wait_until(lambda: book.evicted >= 37, 3)
+        assert len(book.live) <= 24 and kept in book.live
+        assert caller.post("/v1/chat/completions", content=CHAT,
+                           headers={"content-type": "application/json"}).status_code == 200
     assert httpx.post(guarded.url + "/v1/chat/completions", content=CHAT,
                       headers={"content-type": "application/json"}).status_code == 200
     for s in idle:
@@ -108,3 +116,30 @@ def test_a_kept_alive_connection_serves_several_calls(guarded):
             assert c.post("/v1/chat/completions", content=CHAT,
                           headers={"content-type": "application/json"}).status_code == 200
             time.sleep(0.3)
+
+
+def test_the_book_closes_fresh_connections_first_then_the_longest_kept_alive():
+    from agentrt.serve.conn_guard import ConnBook
+
+    class Conn:
+        def __init__(self, name):
+            self.name, self.aborted = name, False
+            self.transport = self
+
+        def abort(self):
+            self.aborted = True
+    book = ConnBook(3)
+    a, b, c, d, e, f = (Conn(x) for x in "abcdef")
+    for x in (a, b):
+        assert book.opened(x)
+        book.busy(x)                 # a whole head came: a request is in progress
+    book.idle_again(a)               # a's answer went out: kept alive
+    book.idle_again(b)
+    assert book.opened(c)            # 3 open: nothing closed
+    assert book.opened(d) and c.aborted and not (a.aborted or b.aborted)     # fresh c first
+    book.busy(d)
+    assert book.opened(e) and a.aborted and not b.aborted   # only e fresh: the longest kept alive
+    book.busy(b)
+    book.busy(e)
+    assert not book.opened(f) and not any(x.aborted for x in (b, d, e))     # all busy: f itself
+    assert book.evicted == 3 and book.live == {b, d, e}

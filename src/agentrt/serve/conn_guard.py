@@ -17,10 +17,12 @@ This protocol adds, per connection:
   most `header_timeout_s`, else 408 and close;
 - body time: from the end of the head to the end of the body at most `body_timeout_s`, else 408
   (when no answer started yet) and close; the app sees its client leave;
-- open connections: at most `max_connections`. Past it, the connection idle longest (no request
-  in progress: waiting for its first head, trickling one, or between requests) is closed to make
-  room, so idle and trickling connections cannot lock callers out or run the process out of
-  file descriptors; only when every connection carries a request is the new one closed at once.
+- open connections: at most `max_connections`. Past it one idle connection (no request in
+  progress) is closed to make room: first the oldest of those that never sent a whole request
+  head (idle or trickling since they connected), then the one kept alive longest since its last
+  answer; only when every connection carries a request is the new one closed at once. So idle
+  and trickling connections cannot lock callers out or run the process out of file descriptors,
+  and a storm of fresh connections closes its own kind before a caller's kept-alive one.
 """
 
 from __future__ import annotations
@@ -45,22 +47,24 @@ class GuardLimits:
 
 
 class ConnBook:
-    """The open connections of one server; the idle ones in the order they went idle."""
+    """The open connections of one server; the idle ones in the order they went idle, those that
+    never sent a whole request head (`fresh`) apart from those kept alive after an answer."""
 
-    __slots__ = ("limit", "live", "idle", "evicted")
+    __slots__ = ("limit", "live", "fresh", "idle", "evicted")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.live: set = set()
+        self.fresh: OrderedDict = OrderedDict()
         self.idle: OrderedDict = OrderedDict()
         self.evicted = 0                       # connections closed to make room (for tests)
 
     def opened(self, conn) -> bool:
-        """Count a new (idle) connection; False: none could make room, close this one."""
+        """Count a new connection; False: none could make room, close this one."""
         self.live.add(conn)
-        self.idle[conn] = None
+        self.fresh[conn] = None
         while len(self.live) > self.limit:
-            victim = next(iter(self.idle))
+            victim = next(iter(self.fresh if len(self.fresh) > 1 or not self.idle else self.idle))
             self.closed(victim)
             self.evicted += 1
             if victim is conn:
@@ -69,6 +73,7 @@ class ConnBook:
         return True
 
     def busy(self, conn) -> None:
+        self.fresh.pop(conn, None)
         self.idle.pop(conn, None)
 
     def idle_again(self, conn) -> None:
@@ -78,6 +83,7 @@ class ConnBook:
 
     def closed(self, conn) -> None:
         self.live.discard(conn)
+        self.fresh.pop(conn, None)
         self.idle.pop(conn, None)
 
 
