@@ -98,14 +98,17 @@ def guarded_protocol(limits: GuardLimits) -> type:
             super().connection_made(transport)
             self._head_bytes = 0
             self._in_head = True
-            self._timer = None
+            self._deadline: float | None = self.loop.time() + limits.header_timeout_s
+            self._watch = None
             if not book.opened(self):
                 transport.abort()
                 return
-            self._arm(limits.header_timeout_s, self._head_expired)
+            self._watch = self.loop.call_later(limits.header_timeout_s, self._check)
 
         def connection_lost(self, exc) -> None:
-            self._disarm()
+            if self._watch is not None:
+                self._watch.cancel()
+                self._watch = None
             book.closed(self)
             super().connection_lost(exc)
 
@@ -123,19 +126,21 @@ def guarded_protocol(limits: GuardLimits) -> type:
             end = data.find(b"\r\n\r\n")
             return end >= 0 and self._head_bytes + end + 4 <= limits.max_header_bytes
 
+        # Each phase sets a deadline (a float: no timer per request); one watchdog timer per
+        # connection checks it, re-armed for what is left.
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            if self._timer is None:            # a later request on a kept-alive connection
-                self._arm(limits.header_timeout_s, self._head_expired)
+            if self._deadline is None:         # a later request on a kept-alive connection
+                self._deadline = self.loop.time() + limits.header_timeout_s
 
         def on_headers_complete(self) -> None:
             self._in_head = False
             book.busy(self)
-            self._arm(limits.body_timeout_s, self._body_expired)
+            self._deadline = self.loop.time() + limits.body_timeout_s
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
-            self._disarm()
+            self._deadline = None
             self._in_head, self._head_bytes = True, 0
             super().on_message_complete()
 
@@ -144,24 +149,21 @@ def guarded_protocol(limits: GuardLimits) -> type:
             if not self.transport.is_closing():
                 book.idle_again(self)
 
-        # ------------------------------------------------------------ timers and refusals
-        def _arm(self, seconds: float, fn) -> None:
-            self._disarm()
-            self._timer = self.loop.call_later(seconds, fn)
-
-        def _disarm(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+        def _check(self) -> None:
+            self._watch = None
+            if self.transport.is_closing():
+                return
+            now, deadline = self.loop.time(), self._deadline
+            if deadline is not None and now >= deadline:
+                return self._head_expired() if self._in_head else self._body_expired()
+            wait = deadline - now if deadline is not None else limits.header_timeout_s
+            self._watch = self.loop.call_later(wait, self._check)
 
         def _head_expired(self) -> None:
-            self._timer = None
-            if self._in_head:
-                self._refuse(408, f"the request head did not arrive within {limits.header_timeout_s:g} s "
-                                  "(--header-timeout)")
+            self._refuse(408, f"the request head did not arrive within {limits.header_timeout_s:g} s "
+                              "(--header-timeout)")
 
         def _body_expired(self) -> None:
-            self._timer = None
             cycle = self.cycle
             if cycle is not None and not cycle.response_started:
                 self._refuse(408, f"the request body did not arrive within {limits.body_timeout_s:g} s "

@@ -5,7 +5,7 @@ concurrent calls) and it decodes what a proxy must pass through. This client:
 - keeps idle keep-alive connections in a LIFO stack (`max_idle`), at most `idle_s` each (below
   the upstream's own keep-alive timeout: vLLM's is 5 s), and opens new ones on demand (connect
   timeout `connect_s`). A pooled connection is checked before it is used (its transport, its
-  reader, and a non-blocking peek at its socket): one the upstream closed or reset while it sat
+  reader, and a zero-timeout poll of its socket): one the upstream closed or reset while it sat
   idle is dropped, never written to;
 - sends a request at most once unless it provably never reached the upstream: only a write that
   failed at once (the connection was found dead as the bytes were handed to it) is retried, once,
@@ -24,7 +24,7 @@ concurrent calls) and it decodes what a proxy must pass through. This client:
 from __future__ import annotations
 
 import asyncio
-import socket
+import select
 import ssl as _ssl
 from urllib.parse import urlsplit
 
@@ -73,19 +73,9 @@ class _Conn:
         fd = sock.fileno() if sock is not None else -1
         if fd < 0:
             return True
-        try:
-            peek = socket.socket(fileno=fd)  # the loop's own socket, borrowed (detached below)
-        except OSError:
-            return False
-        try:
-            peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-            return False                     # EOF (b"") or unexpected bytes
-        except (BlockingIOError, InterruptedError):
-            return True
-        except OSError:
-            return False                     # reset
-        finally:
-            peek.detach()
+        p = select.poll()                        # the fd is open: the transport is not closing
+        p.register(fd, select.POLLIN | select.POLLPRI)
+        return not p.poll(0)
 
     def close(self) -> None:
         self.writer.close()
