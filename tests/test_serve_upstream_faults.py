@@ -70,6 +70,11 @@ def test_a_client_content_encoding_never_reaches_the_upstream(srv, strict):
     assert r.status_code == 200, r.text
     assert not strict.refused
     assert all(k.lower() != "content-encoding" for k, _ in strict.requests[0][1])
+    import gzip                                  # a body that is compressed is not JSON: a 400
+    r = httpx.post(srv.url + "/v1/chat/completions", timeout=20,
+                   content=gzip.compress(httpx.Request("POST", "/", json=CHAT).content),
+                   headers={"content-type": "application/json", "content-encoding": "gzip"})
+    assert r.status_code == 400 and len(strict.requests) == 1
 
 
 @pytest.mark.parametrize("auth", [False, True])

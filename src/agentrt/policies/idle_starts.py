@@ -53,11 +53,13 @@ class IdleStarts:
             return
         self._seq += 1
         group = self.groups.get(start)
-        if group is None:
+        new = group is None
+        if new:
             group = self.groups[start] = {}
-            self._push(start, self._seq)
         group[wf] = self._seq
         self.of[wf] = start
+        if new:                           # (after the member is in: a push may rebuild the heaps)
+            self._push(start, self._seq)
 
     def leave(self, wf: Hashable) -> None:
         """Workflow `wf` stopped waiting (its next call came, or it ended)."""
