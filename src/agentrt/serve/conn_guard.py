@@ -1,7 +1,8 @@
 """Idle, slow and oversized clients: uvicorn's HTTP protocol (httptools) with the bounds it lacks.
 
-What uvicorn offers, and where it stops (each case below is a raw-socket test in
-tests/test_serve_slow_clients.py):
+What uvicorn offers, and where it stops (the raw-socket tests in
+tests/test_serve_slow_clients.py fail under uvicorn's own configuration: idle and trickling
+connections stay open, a 100 KB head is read and answered):
 - `timeout_keep_alive` closes a connection idle between two requests (the server passes
   `keepalive_timeout_s`), but no timer runs before a connection's first byte, nor while a request
   head or body trickles in: such connections stayed open for good;
