@@ -1,7 +1,8 @@
 """A real HTTP upstream standing in for vLLM, with faults on request, and `agentrt serve` under
 uvicorn in a thread: shared by test_serve_tenancy.py and test_serve_faults.py.
 
-The upstream's behaviour is chosen per request by the `X-Fake` header (serve forwards it):
+The upstream's behaviour is chosen per request by the `X-Fake` header (serve, as `start_serve`
+starts it, forwards `X-Fake` and `X-Hang`):
 json (default), stream, break (two SSE events, then the connection is cut), gzip-stream,
 gzip-json, hang (sleep `X-Hang` seconds before answering), stream-hang (one event, then sleep);
 or a name in `answers` (name -> (JSON answer, SSE stream), chosen by the body's `stream`).
@@ -154,6 +155,7 @@ def start_serve(upstream_url: str, policy: str = "lru", **kw):
     from test_serve import ThreadServer
     kw.setdefault("kv_capacity_tokens", 100_000)
     kw.setdefault("act_interval_s", 60)
+    kw.setdefault("forward_headers", ("x-fake", "x-hang"))     # the fakes' fault switches
     return ThreadServer(create_app(ServeConfig(upstream_url, policy, **kw))).start()
 
 

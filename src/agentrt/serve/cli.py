@@ -15,7 +15,7 @@ import typer
 from agentrt.errors import AgentrtError
 from agentrt.options import parse_value
 
-SERVE_DEPS = ("fastapi", "uvicorn", "httpx", "prometheus_client")
+SERVE_DEPS = ("fastapi", "uvicorn", "httptools", "httpx", "prometheus_client")
 
 
 def parse_options(items: list[str], policy: str) -> dict:
@@ -50,6 +50,16 @@ def serve(
     max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler option max_wait_s (vLLM cannot enforce it: priorities are fixed at submission)"),
     tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,..."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level"),
+    forward_header: list[str] = typer.Option([], "--forward-header", help="a client header to forward upstream besides the allow-list (repeatable); headers vLLM acts on are refused"),
+    max_body_bytes: int = typer.Option(32 << 20, "--max-body-bytes", help="largest request body (413 past it)"),
+    max_header_bytes: int = typer.Option(32 << 10, "--max-header-bytes", help="largest request head: request line and headers (431 past it)"),
+    header_timeout: float = typer.Option(10.0, "--header-timeout", help="seconds from connect (or a request's first byte) to its whole head (408 past it)"),
+    body_timeout: float = typer.Option(60.0, "--body-timeout", help="seconds from a request's head to its whole body (408 past it)"),
+    keepalive_timeout: float = typer.Option(5.0, "--keepalive-timeout", help="seconds an idle client connection stays open between requests"),
+    max_connections: Optional[int] = typer.Option(None, "--max-connections", help="open client connections; past it the longest-idle one is closed (default: (open-file limit - 64) / 2, 16..4096)"),
+    template_bytes_per_tenant: int = typer.Option(8 << 20, "--template-bytes-per-tenant", help="bytes of stored warm-up templates per tenant"),
+    template_bytes: int = typer.Option(64 << 20, "--template-bytes", help="bytes of stored warm-up templates in all (the tenant holding most gives up first)"),
+    warmup_share: float = typer.Option(0.25, "--warmup-share", help="largest share of the last minute one tenant's warm-ups may keep the upstream busy"),
 ) -> None:
     """Serve an OpenAI-compatible endpoint that forwards to vLLM with agent identity, runs the policy's warm-ups and exports Prometheus metrics."""
     missing = [m for m in SERVE_DEPS if importlib.util.find_spec(m) is None]
@@ -57,9 +67,8 @@ def serve(
         raise AgentrtError(f"agentrt serve needs {', '.join(missing)}: pip install 'agentrt[serve]'")
     if not 0 < port < 65536:
         raise AgentrtError(f"--port must be in 1..65535, got {port}")
-    import uvicorn
-
     from agentrt.serve.app import ServeConfig, create_app
+    from agentrt.serve.server import run
     from agentrt.serve.auth import AuthConfig, AuthError, Salts, is_loopback
     if auth is None and not is_loopback(host):
         raise AgentrtError(f"--host {host} is not a loopback address: --auth FILE is required "
@@ -77,15 +86,19 @@ def serve(
                           upstream_api_key=upstream_api_key, scheduler=scheduler,
                           scheduler_options=sopts, auth=auth_cfg,
                           cache_salt_secret_file=cache_salt_secret_file,
-                          connect_timeout_s=connect_timeout, read_timeout_s=read_timeout)
+                          connect_timeout_s=connect_timeout, read_timeout_s=read_timeout,
+                          forward_headers=tuple(forward_header), max_body_bytes=max_body_bytes,
+                          max_header_bytes=max_header_bytes, header_timeout_s=header_timeout,
+                          body_timeout_s=body_timeout, keepalive_timeout_s=keepalive_timeout,
+                          max_connections=max_connections, template_bytes_per_tenant=template_bytes_per_tenant,
+                          template_bytes=template_bytes, warmup_share=warmup_share)
     except ValueError as e:
         raise AgentrtError(str(e)) from None
     from agentrt.vllm.priority import needs_priority
     if needs_priority(scheduler):
         typer.echo(f"scheduler {scheduler}: each request carries its vLLM priority; the upstream must "
                    "run with --scheduling-policy priority (under fcfs vLLM ignores it)", err=True)
-    app = create_app(cfg)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    run(create_app(cfg), host, port, log_level)
 
 
 def register_commands(app: typer.Typer) -> None:

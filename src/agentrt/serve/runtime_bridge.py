@@ -6,8 +6,10 @@ Model
   prompt's anchor when not given) and `CallFinished` when its response ends (node None: the server
   sees no blocks); `X-Workflow-End` adds `WorkflowEnded` after it. `now` comes from the clock
   passed in (monotonic seconds).
-- Between requests, when no user call is in flight, `act(now, view)` runs (after the last call
-  ends and every `act_interval_s`) and warm-ups become upstream requests: `act_loop.py`.
+- Between requests, when no user call waits for the first byte of its answer (a stream that is
+  answering is decoding: it does not hold warm-ups back, whoever's it is), `act(now, view)` runs
+  (when the last such call got its answer and every `act_interval_s`) and warm-ups become
+  upstream requests, each tenant's within its `warmup_share`: `act_loop.py`.
 - The policy's view of the engine is an estimate (`view.py`): the server sees no block events.
 - With a scheduler other than `fcfs` (`scheduler.py`), each user call also gets the vLLM
   `priority` the scheduler gives it at arrival (`Call.priority`), from a scheduler instance fed
@@ -36,13 +38,13 @@ from agentrt.errors import AgentrtError
 from agentrt.policies.registry import BOUNDS, make_policy
 from agentrt.runtime import events as ev
 from agentrt.runtime.runtime import AgentRuntime
-from agentrt.runtime.tenant_lru import TenantLRU
 from agentrt.serve.blocks import PromptBlocks, chat_segments, completion_segments
 from agentrt.serve.blocks import prompt_blocks, template, tenant_seed
-from agentrt.serve.act_loop import ActLoop
+from agentrt.serve.act_loop import ActLoop, WarmupShare
 from agentrt.serve.identity import Identity
 from agentrt.serve.metrics import ServeMetrics, usage_tokens
 from agentrt.serve.scheduler import ServeScheduler
+from agentrt.serve.templates import TemplateStore
 from agentrt.serve.validate import MAX_OUTPUT_TOKENS
 from agentrt.serve.view import CacheEstimate
 
@@ -50,7 +52,8 @@ log = logging.getLogger("agentrt.serve")
 
 
 class Call:
-    __slots__ = ("info", "ident", "agent", "endpoint", "started", "blocks", "priority", "sched_info")
+    __slots__ = ("info", "ident", "agent", "endpoint", "started", "blocks", "priority", "sched_info",
+                 "answering")
 
     @property
     def index(self) -> int | None:
@@ -62,6 +65,7 @@ class Call:
         self.started, self.blocks = started, blocks
         self.priority: int | None = None     # the vLLM priority to send (None: leave the body's)
         self.sched_info = None               # the scheduler's copy of `info`
+        self.answering = False               # the first byte of its answer came back
 
 
 class RuntimeBridge(ActLoop):
@@ -70,7 +74,9 @@ class RuntimeBridge(ActLoop):
                  act_interval_s: float = 0.25, clock: Callable[[], float] = time.monotonic,
                  max_templates: int = 4096, max_agent_labels: int = 256,
                  max_tenant_labels: int = 256, scheduler: str = "fcfs",
-                 scheduler_options: dict | None = None, known_tenants: int = 0) -> None:
+                 scheduler_options: dict | None = None, known_tenants: int = 0,
+                 template_bytes_per_tenant: int = 8 << 20, template_bytes: int = 64 << 20,
+                 warmup_share: float = 0.25) -> None:
         if policy in BOUNDS:
             raise AgentrtError(f"'{policy}' is a bound (it needs the future of a trace), not a policy "
                                f"a server can run")
@@ -92,16 +98,19 @@ class RuntimeBridge(ActLoop):
         self.act_interval_s = act_interval_s
         self.clock = clock
         self.in_flight = 0
+        self.starting = 0                # calls in flight that have no answer byte yet
         self.warming = False
+        self.share = WarmupShare(warmup_share)
         self.warmups_sent = 0
         self.recent: deque = deque(maxlen=256)
-        # (tenant, agent) -> its latest prompt's template; split by tenant (tenant_lru.py)
-        self._templates = TenantLRU(max_templates)
+        # (tenant, agent) -> its latest prompt's template, bounded by count and bytes (templates.py)
+        self._templates = TemplateStore(max_templates, template_bytes_per_tenant, template_bytes)
         self._rid = itertools.count(1)
         self._calls = itertools.count(1)
         self._logged: set[str] = set()
         self._wake = asyncio.Event()
         self.salts: Callable[[str], str | None] = lambda tenant: None     # tenant -> cache_salt
+        self.capacity_stale = False      # re-read the engine's KV capacity (the upstream failed)
 
     # ------------------------------------------------------------------ guarded runtime calls
     def _guard(self, where: str, fn, *args, default=None):
@@ -122,10 +131,15 @@ class RuntimeBridge(ActLoop):
     def next_call_number(self) -> int:
         return next(self._calls)
 
+    def upstream_failed(self) -> None:
+        """The upstream could not be reached: it may come back restarted, with another KV pool."""
+        self.capacity_stale = True
+
     # ------------------------------------------------------------------ user calls
     def arrive(self, endpoint: str, body: dict, ident: Identity) -> Call:
         now = self.clock()
         self.in_flight += 1
+        self.starting += 1
         self.metrics.in_flight_now.set(self.in_flight)
         chat = endpoint.endswith("/chat/completions")
         segs = self._guard("blocks", chat_segments if chat else completion_segments, body)
@@ -149,7 +163,7 @@ class RuntimeBridge(ActLoop):
         return call
 
     def _info(self, body: dict, ident: Identity, blocks: PromptBlocks) -> ev.CallInfo:
-        wf = self.runtime.workflows.get(ident.key)
+        wf = self.runtime.workflow(ident.tenant, ident.key)
         index = wf.calls if wf is not None else 0  # as the connector counts
         # the expected output `fair` charges at arrival, before vLLM judges the value: one it
         # will refuse (below 1, not an integer) or past any context counts as unknown (0), so a
@@ -171,10 +185,19 @@ class RuntimeBridge(ActLoop):
         else:
             self._templates.touch(key)
 
+    def answering(self, call: Call) -> None:
+        """The first byte of the call's answer came back: the engine is past its prefill."""
+        if not call.answering:
+            call.answering = True
+            self.starting = max(0, self.starting - 1)
+            if self.starting == 0:
+                self._wake.set()
+
     def finish(self, call: Call, status: int | str, usage: dict | None, tool_call: bool = False) -> None:
         """The call's answer ended (`status`: the upstream's, or how it failed); `tool_call`: the
         answer ends in a tool call, so the workflow's next call waits on a tool."""
         now = self.clock()
+        self.answering(call)
         self.in_flight = max(0, self.in_flight - 1)
         self.metrics.in_flight_now.set(self.in_flight)
         tool_call = tool_call and status == 200
@@ -196,8 +219,6 @@ class RuntimeBridge(ActLoop):
                             "endpoint": call.endpoint, "status": status, "prompt_tokens": prompt,
                             "cached_tokens": cached, "warmup": False, "priority": call.priority,
                             "tool_call": tool_call})
-        if self.in_flight == 0:
-            self._wake.set()
 
     def _computed(self, tenant: str, blocks: PromptBlocks | None, usage: dict | None) -> None:
         prompt, cached = usage_tokens(usage)
@@ -235,7 +256,8 @@ class RuntimeBridge(ActLoop):
         agents = [{"tenant": p.tenant, "agent": p.name, "calls": p.calls, "anchor_blocks": len(p.anchor),
                    "anchor_workflows": p.anchor_workflows}
                   for p in itertools.islice(rt.agents.values(), limit)]
-        return {"policy": self.policy_name, "scheduler": self.scheduler.stats(), "in_flight": self.in_flight, "warming": self.warming,
+        return {"policy": self.policy_name, "scheduler": self.scheduler.stats(), "in_flight": self.in_flight,
+                "starting": self.starting, "warming": self.warming,
                 "warmups_sent": self.warmups_sent, "runtime_errors": rt.errors,
                 "kv_capacity_tokens": self.cache.capacity_tokens, "engine_work_tokens": self.cache.work,
                 "totals": self.metrics.totals(), "workflows": wfs, "agents": agents,

@@ -148,7 +148,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
             self._hints_ignored(request.request_id, hints.ignored)
         self._rid += 1
         hashes = [hash_int(h) for h in request.block_hashes]
-        wf = self.runtime.workflows.get(idt.workflow)
+        wf = self.runtime.workflow(idt.tenant, idt.workflow)
         index = idt.call if idt.call is not None else (
             wf.calls if wf is not None else 0)
         info = ev.CallInfo(rid=self._rid, workflow=idt.workflow, agent=idt.agent, tenant=idt.tenant,
