@@ -269,7 +269,7 @@ def test_hosted_runtime_logs_sources_and_counts(tmp_path):
     assert read_events(str(log), "hints_ignored")[0]["reasons"] == ["unknown_type: agentrt.bogus"]
     st = h.stats()
     assert (st["hints_actions"], st["hints_unknown_type"], st["hints_envelopes"]) == (2, 1, 1)
-    assert "s-1" in h.runtime.workflows and "w" in h.runtime.workflows
+    assert ("default", "s-1") in h.runtime.workflows and ("default", "w") in h.runtime.workflows
 
 
 # ------------------------------------------------------------------ the connector's version check

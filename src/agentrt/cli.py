@@ -86,6 +86,8 @@ def bench(
     shared_chunk_tokens: Optional[int] = typer.Option(None, "--shared-chunk-tokens", help="fair scheduler: while tenants share, each iteration's prefill of all but the least-served tenant is capped at this many tokens (default 512; 0: no cap)"),
     prefix_hold: bool = typer.Option(True, "--prefix-hold/--no-prefix-hold", help="agent scheduler: hold a call whose next prompt blocks another call is computing until they are cached (a fan-out's instances compute their shared prompt once)"),
     tool_hints: Optional[float] = typer.Option(None, "--tool-hints", help="act as a framework that announces how long each tool call will run: the trace's tool time times a lognormal error of this sigma (0: exact; pbkv-ta reads it; with --engine vllm sent as the agentrt.tool_call kv_hint; default: no estimates, only that a call ended in a tool call)"),
+    retain_hints: Optional[float] = typer.Option(None, "--retain-hints", help="simulator: act as a framework that sends vLLM's kv.retain for a call's whole context when it ends in a tool call, for the tool time it announces (the trace's times a lognormal error of this sigma; the engine keeps retained blocks after all others within --retain-budget; beside or instead of --tool-hints)"),
+    retain_budget: float = typer.Option(0.25, "--retain-budget", help="simulator, with --retain-hints: the most of the GPU blocks retained at once (a fraction, as the connector's retain_budget)"),
     cache_at: Optional[str] = typer.Option(None, "--cache-at", help="simulator: when a computed prompt block becomes a hit for other calls: prefill (after the prefill that computes it, as SGLang; the default) or schedule (as soon as it is scheduled, as vLLM V1)"),
     replicas: int = typer.Option(1, "--replicas", help="simulate this many replicas (each with --gpu-blocks) behind --router"),
     router: Optional[str] = typer.Option(None, "--router", help="with --replicas N: how calls are spread (see `agentrt routers`; default agent)"),
@@ -122,7 +124,8 @@ def bench(
                       scheduler=scheduler, max_wait=max_wait, max_hold=max_hold,
                       tenant_weights=tenant_weights, replicas=replicas, router=router, router_set=router_set,
                       shared_chunk_tokens=shared_chunk_tokens, tool_hints=tool_hints,
-                      transfer_gbps=transfer_gbps, prefix_hold=prefix_hold, cache_at=cache_at)
+                      transfer_gbps=transfer_gbps, prefix_hold=prefix_hold, cache_at=cache_at,
+                      retain_hints=retain_hints, retain_budget=retain_budget)
     if engine == "vllm":
         doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir,
                           tenant_shares, live_outputs)

@@ -31,7 +31,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                router: str | None = None, shared_chunk_tokens: int | None = None,
                tool_hints: float | None = None, transfer_gbps: float | None = None,
                prefix_hold: bool = True, cache_at: str | None = None, router_set: list[str] | None = None,
-               preset_file: Path | None = None):
+               preset_file: Path | None = None, retain_hints: float | None = None,
+               retain_budget: float = 0.25):
     """The bench run the command line asks for, with the defaults filled in and every value
     checked (`BenchSpec.validate`); nothing generated or replayed yet."""
     from agentrt.bench.runner import BenchOptions
@@ -45,6 +46,11 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                            "replicas see docs/ray.md")
     if engine == "vllm" and cache_at is not None:
         raise AgentrtError("--cache-at is for the simulator (vLLM itself caches blocks when they are scheduled)")
+    if retain_hints is not None and (engine != "sim" or replicas != 1):
+        raise AgentrtError("--retain-hints is for the simulator with one replica (live, a client sends "
+                           "kv.retain itself: docs/vllm.md, Retention hints)")
+    if retain_budget != 0.25 and retain_hints is None:
+        raise AgentrtError("--retain-budget bounds what --retain-hints retains; give both")
     if trace is not None and workload is not None:
         raise AgentrtError("give either --trace or --workload, not both")
     if trace is not None and (workflows != defaults.WORKFLOWS or tool_scale != 1.0):
@@ -100,6 +106,7 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                         concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                         time_scale=time_scale, train_path=str(train) if train else None,
                         policy_options=popts, scheduler=scheduler, tool_hints=tool_hints,
+                        retain_hints=retain_hints, retain_budget=retain_budget,
                         cache_at="prefill" if cache_at is None else cache_at,
                         scheduler_options=scheduler_options(scheduler, max_wait, tenant_weights,
                                                             max_hold, shared_chunk_tokens, prefix_hold))

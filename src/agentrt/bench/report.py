@@ -83,6 +83,8 @@ def run_summary(doc: dict) -> list[str]:
             f"load: {load_text(cfg)} | capacity: {capacity_text(cfg)} | preset: {cfg['preset']}",
             f"training split: {split_text(cfg)}" + (f" | scheduler {sched}" if sched != "fcfs" else "")
             + (f" | tool times announced, lognormal error {hints:g}" if hints is not None else "")
+            + (f" | kv.retain over tool calls, lognormal error {cfg['retain_hints']:g}, budget "
+               f"{cfg.get('retain_budget', 0.25):g}" if cfg.get("retain_hints") is not None else "")
             + (" | blocks shared when scheduled (vLLM)" if cfg.get("cache_at") == "schedule" else "")
             + (f" | oracle: clairvoyant eviction on the {cfg.get('oracle_reference') or 'lru'} run's placement "
                "(not a bound on routing)" if (cfg.get("replicas") or 1) > 1 and "oracle" in doc["results"] else "")]

@@ -42,6 +42,8 @@ class BenchOptions:
     scheduler: str = defaults.SCHEDULER   # admission order (agentrt.sched)
     scheduler_options: dict = field(default_factory=dict)
     tool_hints: float | None = None    # the framework announces tool times, with this lognormal error
+    retain_hints: float | None = None  # it sends kv.retain for a tool call's context, durations with this error
+    retain_budget: float = 0.25        # the most of the GPU blocks retained at once
     cache_at: str = "prefill"          # when computed prompt blocks become hits (EngineConfig)
 
     def validate(self, policies: list[str], cli: bool = False) -> None:
@@ -65,6 +67,9 @@ class BenchOptions:
         positive(self.max_batch_tokens, "max_batch_tokens", cli)
         positive(self.max_running, "max_running", cli)
         positive(self.tool_hints, "tool_hints", cli, allow_zero=True)
+        positive(self.retain_hints, "retain_hints", cli, allow_zero=True)
+        if not 0.0 < self.retain_budget <= 1.0:
+            raise AgentrtError(f"{flag('retain_budget', cli)} must be in (0, 1], got {self.retain_budget}")
         if self.cache_at not in CACHE_AT:
             raise AgentrtError(f"{flag('cache_at', cli)} must be one of {', '.join(CACHE_AT)}, got {self.cache_at!r}")
         positive(self.seed, "seed", cli, allow_zero=True)
@@ -138,6 +143,12 @@ def make_tool_hints(opts: BenchOptions):
     return ToolHints.maybe(opts.tool_hints, opts.seed)
 
 
+def make_retain_hints(opts: BenchOptions):
+    """The simulated framework's kv.retain hints over tool calls (`engine.tool_hints`), None if off."""
+    from agentrt.engine.tool_hints import RetainHints
+    return RetainHints.maybe(opts.retain_hints, opts.seed, opts.retain_budget)
+
+
 def make_trained_policy(name: str, source: TraceSource, opts: BenchOptions):
     """A policy by name, trained on the bench's training split (or --train file) if it learns offline.
 
@@ -172,7 +183,8 @@ def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream
     conc = replay_concurrency(opts.concurrency, source)
     sim = Simulator(cfg, policy, source.eval_calls(), concurrency=conc,
                     record_stream=record_stream, progress=progress, time_scale=opts.time_scale,
-                    scheduler=make_bench_scheduler(opts), tool_hints=make_tool_hints(opts))
+                    scheduler=make_bench_scheduler(opts), tool_hints=make_tool_hints(opts),
+                    retain=make_retain_hints(opts))
     sim.run()
     return sim
 

@@ -58,6 +58,8 @@ class BenchSpec:
                 raise AgentrtError(f"{flag('workflows', cli)} must be > 0, got {self.workflows}")
             positive(self.tool_scale, "tool_scale", cli)
         self.options.validate(self.policies, cli)
+        if self.replicas != 1 and self.options.retain_hints is not None:
+            raise AgentrtError(f"{flag('retain_hints', cli)} is for one replica")
         if self.replicas != 1 or self.router is not None or self.transfer_gbps is not None:
             from agentrt.cluster.bench import check_cluster_run
             check_cluster_run(self.policies, self.replicas, self.router, cli, self.transfer_gbps)

@@ -54,8 +54,10 @@ from agentrt.engine.preemption import Preemption
 from agentrt.engine.presets import Preset
 from agentrt.engine.replay import DelayedArrivals, WorkflowReplay
 from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, WAITING, Request
-from agentrt.engine.tool_hints import ToolHints
+from agentrt.engine.tool_hints import RetainHints, ToolHints
+from agentrt.runtime.floor import RetentionFloor
 from agentrt.runtime.policy import Policy
+from agentrt.runtime.retention import Retention
 from agentrt.runtime.runtime import AgentRuntime
 from agentrt.sched.base import Scheduler
 from agentrt.sched.kvshare import TenantShares
@@ -101,23 +103,29 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
                  time_scale: float = 1.0,
                  progress: Callable[[int], None] | None = None,
                  scheduler: Scheduler | None = None, arrivals: WorkflowReplay | None = None,
-                 tool_hints: ToolHints | None = None) -> None:
+                 tool_hints: ToolHints | None = None, retain: RetainHints | None = None) -> None:
         """`arrivals` replaces the replay of `calls` (then ignored) with another source of the same
         interface (`pop_arrivals`, `next_arrival`, `finish`, `late_arrivals`): a cluster's feed.
         `tool_hints`: the framework announces each tool wait's expected duration (`tool_hints.py`);
-        None: it announces none (only that the call ended in a tool call)."""
+        None: it announces none (only that the call ended in a tool call). `retain`: the framework
+        sends kv.retain for a call's context when it ends in a tool call (`RetainHints`): the
+        policy is wrapped in the retention floor (`runtime/floor.py`), as vLLM's connector does."""
         self.config = config
         self.tool_hints = tool_hints
+        self.retain = retain
         self.sched = scheduler if scheduler is not None else Scheduler()
         if getattr(self.sched, "kv_shares", False) and not isinstance(policy, AgentRuntime):
             policy = TenantShares(policy, getattr(self.sched, "weights", None))
+        if retain is not None and not isinstance(policy, AgentRuntime):
+            policy = RetentionFloor(policy, Retention(config.gpu_blocks, retain.budget))
         self.runtime = policy if isinstance(policy, AgentRuntime) else AgentRuntime(policy)
         self.policy = self.runtime.policy
         self.cost = CostModel(config.preset)
         self.cache = RadixKVCache(config.gpu_blocks, config.host_blocks, self.policy, config.block_bytes)
         self.runtime.touch_clock = lambda: self.cache.touch_clock
-        if isinstance(self.policy, TenantShares):
-            self.policy.attach(self.cache)
+        shares = self.policy.inner if isinstance(self.policy, RetentionFloor) else self.policy
+        if isinstance(shares, TenantShares):
+            shares.attach(self.cache)
         self._reorders = self.sched.reorders
         self._view = CacheQueueView(self.cache, self) if self._reorders or self.sched.defers else None
         self._shapes = self.sched.shapes_batch

@@ -71,6 +71,7 @@ class ServeConfig:
     template_bytes_per_tenant: int = 8 << 20
     template_bytes: int = 64 << 20
     warmup_share: float = 0.25               # of the last minute, the most one tenant's warm-ups take
+    retain_tool_calls: bool = False          # send kv.retain with calls that may end in a tool call
 
     def __post_init__(self) -> None:
         u = self.upstream.rstrip("/")
@@ -124,7 +125,8 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
                            scheduler=cfg.scheduler, scheduler_options=cfg.scheduler_options,
                            known_tenants=len(set(cfg.auth.tenants.values())) if cfg.auth is not None else 0,
                            template_bytes_per_tenant=cfg.template_bytes_per_tenant,
-                           template_bytes=cfg.template_bytes, warmup_share=cfg.warmup_share)
+                           template_bytes=cfg.template_bytes, warmup_share=cfg.warmup_share,
+                           retain_tool_calls=cfg.retain_tool_calls)
     salts = Salts.from_sources(cfg.cache_salt_secret_file)
     # without auth the default tenant stays unsalted: it shares the engine's cache with direct vLLM
     # clients, as before; every named tenant (and every tenant under auth) gets its own namespace

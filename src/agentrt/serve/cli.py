@@ -59,6 +59,7 @@ def serve(
     max_connections: Optional[int] = typer.Option(None, "--max-connections", help="open client connections; past it the longest-idle one is closed (default: (open-file limit - 64) / 2, 16..4096)"),
     template_bytes_per_tenant: int = typer.Option(8 << 20, "--template-bytes-per-tenant", help="bytes of stored warm-up templates per tenant"),
     template_bytes: int = typer.Option(64 << 20, "--template-bytes", help="bytes of stored warm-up templates in all (the tenant holding most gives up first)"),
+    retain_tool_calls: bool = typer.Option(False, "--retain-tool-calls", help="send vLLM's kv.retain for the context of each call that declares tools, for its agent's usual wait after a call (the expected tool time), so the agentrt connector keeps it while the tool runs (docs/serve.md)"),
     warmup_share: float = typer.Option(0.25, "--warmup-share", help="largest share of the last minute one tenant's warm-ups may keep the upstream busy"),
 ) -> None:
     """Serve an OpenAI-compatible endpoint that forwards to vLLM with agent identity, runs the policy's warm-ups and exports Prometheus metrics."""
@@ -91,7 +92,8 @@ def serve(
                           max_header_bytes=max_header_bytes, header_timeout_s=header_timeout,
                           body_timeout_s=body_timeout, keepalive_timeout_s=keepalive_timeout,
                           max_connections=max_connections, template_bytes_per_tenant=template_bytes_per_tenant,
-                          template_bytes=template_bytes, warmup_share=warmup_share)
+                          template_bytes=template_bytes, warmup_share=warmup_share,
+                          retain_tool_calls=retain_tool_calls)
     except ValueError as e:
         raise AgentrtError(str(e)) from None
     from agentrt.vllm.priority import needs_priority

@@ -13,7 +13,8 @@ list, and nothing vLLM acts on slips through because nobody thought to deny it:
 `NEVER` are headers vLLM or HTTP itself acts on that no client may set through the server:
 `x-request-id` (vLLM's engine request id: client-chosen ids collide across tenants),
 `x-data-parallel-rank` (picks the engine's data-parallel rank), `endpoint-load-metrics-format`,
-`cookie`, identity and framing headers. A name repeated by the client is sent once, its values
+`cookie`, identity headers of every convention (`conventions.py`: read here, sent in the body)
+and framing headers. A name repeated by the client is sent once, its values
 joined with ", " (list-valued headers mean the same; a strict upstream refuses repeats).
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from agentrt.serve.conventions import HEADERS as IDENTITY_HEADERS
 from agentrt.vllm.priority import PRIORITY_HEADER
 
 ALWAYS = ("accept", "accept-encoding", "user-agent", "traceparent", "tracestate")
@@ -29,8 +31,7 @@ NEVER = frozenset({
     "host", "content-length", "content-type", "content-encoding", "transfer-encoding", "connection",
     "keep-alive", "te", "trailer", "upgrade", "expect", "proxy-authorization", "proxy-connection",
     "cookie", "x-request-id", "x-data-parallel-rank", "endpoint-load-metrics-format",
-    "x-agent-id", "x-workflow-id", "x-workflow-end", "x-tenant-id", "x-session-id",
-    "authorization", PRIORITY_HEADER,
+    "authorization", PRIORITY_HEADER, *IDENTITY_HEADERS,
 })
 TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 

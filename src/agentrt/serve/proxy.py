@@ -2,8 +2,9 @@
 
 Every other route goes to the FastAPI app behind it. Per request, in order:
 1. headers: `Authorization`, content type, identity headers (each at most once: a repeated
-   `X-Agent-Id`, `X-Workflow-Id`, `X-Workflow-End`, `X-Tenant-Id`, `X-Session-ID` or
-   `Authorization` is a 400, so identity and upstream can never disagree; values must be UTF-8),
+   identity header of any convention (`serve/conventions.py`: `X-Workflow-Id`, `X-Session-ID`,
+   `X-Dynamo-Session-ID`, ...) or `Authorization` is a 400, so identity and upstream can never
+   disagree; values must be UTF-8),
    and the headers to forward: an allow-list (`headers.py`), so the upstream gets one
    `content-type` (the server's), no client `content-encoding` beside the body it re-encoded, and
    none of the headers vLLM acts on (`X-Request-Id`, `X-data-parallel-rank`, ...);
@@ -34,13 +35,13 @@ import orjson
 from agentrt.serve.answers import (TOOL_FINISH, body_decoder, error_response, inflate, read_answer, send_json,
                                    upstream_error)
 from agentrt.serve.headers import ForwardHeaders
-from agentrt.serve.identity import forward_body, resolve_identity
+from agentrt.serve.identity import IDENTITY_HEADERS, forward_body, resolve_identity
 from agentrt.serve.upstream import UpstreamError, UpstreamTimeout
 from agentrt.serve.validate import RequestError, error_body, parse_body, validate_chat, validate_completion
 
 log = logging.getLogger("agentrt.serve")
 ROUTES = {"/v1/chat/completions": validate_chat, "/v1/completions": validate_completion}
-IDENTITY = {b"x-agent-id", b"x-workflow-id", b"x-workflow-end", b"x-tenant-id", b"x-session-id"}
+IDENTITY = frozenset(h.encode() for h in IDENTITY_HEADERS)   # each at most once (identity.py)
 RESPONSE_DROP = {b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"date", b"server"}
 JSON_TYPE = [(b"content-type", b"application/json")]
 

@@ -17,6 +17,12 @@ Model
 - Tenancy: the runtime and the scheduler see each workflow under its tenant-scoped key
   (`Identity.key`), agent profiles and templates are keyed by (tenant, agent) and the cache
   estimate by (tenant, block); warm-ups carry their tenant's `cache_salt` (`salts`, set by the app).
+- `retain_tool_calls` (`--retain-tool-calls`): a call that may end in a tool call carries vLLM's
+  standard `kv.retain` for its context (`retain_for`): the server learns that a call ended in a
+  tool call only from its answer, after the engine has freed its blocks, so the hint goes with
+  the call and the connector applies it when the call finishes. Its duration is the agent's
+  mean wait after its calls so far (the runtime's profile: in a tool loop, the tool time); the
+  workflow's end releases it early.
 - Workflow ends: the runtime reports each workflow it held as it ends (`AgentRuntime.on_end`),
   counted in `agentrt_workflows_ended_total` by tenant and reason: "client" (`X-Workflow-End`,
   the end route), "call" (a call with no workflow identity is a workflow of its own), "cap"
@@ -51,6 +57,17 @@ from agentrt.serve.view import CacheEstimate
 log = logging.getLogger("agentrt.serve")
 
 
+def retain_for(runtime, body: dict, ident: Identity, agent: str) -> float | None:
+    """Seconds to retain a call's context for, or None: only a call that declares tools (its
+    answer may be a tool call) of a workflow that goes on, whose agent has a mean wait after its
+    calls so far (nothing is known of a new agent)."""
+    if ident.end or not (body.get("tools") or body.get("functions")):
+        return None
+    prof = runtime.profile(ident.tenant, agent)
+    wait = prof.mean_think_s if prof is not None else None
+    return round(min(wait, 86400.0), 3) if wait is not None and wait > 0 else None
+
+
 class Call:
     __slots__ = ("info", "ident", "agent", "endpoint", "started", "blocks", "priority", "sched_info",
                  "answering")
@@ -76,7 +93,7 @@ class RuntimeBridge(ActLoop):
                  max_tenant_labels: int = 256, scheduler: str = "fcfs",
                  scheduler_options: dict | None = None, known_tenants: int = 0,
                  template_bytes_per_tenant: int = 8 << 20, template_bytes: int = 64 << 20,
-                 warmup_share: float = 0.25) -> None:
+                 warmup_share: float = 0.25, retain_tool_calls: bool = False) -> None:
         if policy in BOUNDS:
             raise AgentrtError(f"'{policy}' is a bound (it needs the future of a trace), not a policy "
                                f"a server can run")
@@ -102,6 +119,7 @@ class RuntimeBridge(ActLoop):
         self.warming = False
         self.share = WarmupShare(warmup_share)
         self.warmups_sent = 0
+        self.retain_tool_calls = retain_tool_calls
         self.recent: deque = deque(maxlen=256)
         # (tenant, agent) -> its latest prompt's template, bounded by count and bytes (templates.py)
         self._templates = TemplateStore(max_templates, template_bytes_per_tenant, template_bytes)
@@ -154,6 +172,8 @@ class RuntimeBridge(ActLoop):
             self._guard("observe", self.runtime.observe, ev.CallArrived(now, info))
             self._guard("template", self._keep_template, endpoint, body, segs, blocks, ident.tenant, agent)
         call = Call(info, ident, agent or "unknown", endpoint, now, blocks)
+        if self.retain_tool_calls and agent:
+            ident.retain_s = self._guard("retain", retain_for, self.runtime, body, ident, agent)
         if self.scheduler.active:
             call.priority = 0        # a call the scheduler cannot rank still gets no client priority
             if info is not None:

@@ -44,6 +44,8 @@ class FailSafe:
         self._plans.clear()
         self._reused.clear()
         self.tenants.clear()
+        self._hinted.clear()
+        self.retention.clear()
         try:
             if self._watch:
                 w = self.pool._reuse_watchers
