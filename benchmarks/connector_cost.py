@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", action="store_true", help="keep the JSON's other loads (measured in another invocation)")
     ap.add_argument("--docs-only", action="store_true")
     ap.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
-                    help="one more run per variant with py-spy sampling the engine core (not compared)")
+                    help="one more run per variant with py-spy sampling the engine core (not compared; "
+                         "needs py-spy: pip install py-spy)")
     ap.add_argument("--check", type=float, default=None, metavar="MARGIN",
                     help="exit 1 when lru (or any agentrt policy) loses more than MARGIN vs stock")
     a = ap.parse_args(argv)

@@ -117,7 +117,10 @@ def _profiler(pid: int, seconds: float, out: Path):
     """py-spy sampling the engine core (all threads, 200 Hz) for `seconds`; None without py-spy."""
     import shutil
     import subprocess
-    spy = shutil.which("py-spy")
+    import sys
+    from pathlib import Path
+    beside = Path(sys.executable).with_name("py-spy")       # a virtual environment's, not on PATH
+    spy = str(beside) if beside.exists() else shutil.which("py-spy")
     if spy is None:
         return None
     return subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "200",
