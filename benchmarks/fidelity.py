@@ -65,8 +65,10 @@ def run(a) -> dict:
     engine_trace = work / "run0" / "replayed-engine.jsonl"
     conc = live[0]["config"]["concurrency"]
     sim_out = work / "sim.json"
+    # the live pool: vLLM's blocks less its null block, in the engine trace's blocks (the same size)
     sim_args = ["bench", "--trace", str(engine_trace), "--preset-file", str(preset), "--policies", a.policies,
-                "--scheduler", a.scheduler, "--train-fraction", "0", "--quiet", "--json", str(sim_out)]
+                "--gpu-blocks", str(a.vllm_blocks - 1), "--scheduler", a.scheduler, "--train-fraction", "0",
+                "--quiet", "--json", str(sim_out)]
     if conc:
         sim_args += ["--concurrency", str(conc)]
     agentrt(*sim_args)
