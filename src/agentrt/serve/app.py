@@ -7,7 +7,8 @@ included, bytes and content encoding pass through as they come), GET /v1/models 
 frameworks that learn a workflow ended only after its last call).
 With `--auth` (`auth.py`): model routes need a tenant key, `/agentrt/state` and `/metrics` an
 admin key; a tenant key may end its own workflows, an admin key any tenant's (`?tenant=`).
-With a scheduler other than fcfs (`scheduler.py`) the forwarded body's `priority` is the
+With a scheduler other than fcfs, calls wait in the admission gate (`gate.py`) until the engine
+has room, in the scheduler's order (`scheduler.py`); the forwarded body's `priority` is the
 scheduler's, whatever the client sent, and a client's `X-Vllm-Priority` header (which vLLM reads
 before the body) is dropped: priorities are not the client's to choose.
 """
@@ -71,6 +72,12 @@ class ServeConfig:
     template_bytes_per_tenant: int = 8 << 20
     template_bytes: int = 64 << 20
     warmup_share: float = 0.25               # of the last minute, the most one tenant's warm-ups take
+    # the admission gate (a scheduler other than fcfs; gate.py)
+    gate_max_held: int = 1024                # calls held at once (429 past it)
+    gate_max_held_per_tenant: int | None = None   # None: gate_max_held
+    gate_poll_s: float = 0.05                # vLLM /metrics scrape interval while calls are held
+    gate_max_queue_s: float | None = None    # longest wait in the gate (None: max_hold_s + max_wait_s)
+    preset_file: str | None = None           # `agentrt calibrate` preset: the engine's prefill times
 
     def __post_init__(self) -> None:
         u = self.upstream.rstrip("/")
@@ -91,6 +98,12 @@ class ServeConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
+        if self.gate_max_held < 1 or (self.gate_max_held_per_tenant is not None and self.gate_max_held_per_tenant < 1):
+            raise ValueError("gate_max_held and gate_max_held_per_tenant must be >= 1")
+        if not 0 < self.gate_poll_s <= 10:
+            raise ValueError(f"gate_poll_s must be in (0, 10] seconds, got {self.gate_poll_s}")
+        if self.gate_max_queue_s is not None and not 0 < self.gate_max_queue_s < float("inf"):
+            raise ValueError(f"gate_max_queue_s must be a finite number of seconds > 0, got {self.gate_max_queue_s}")
         if not 0 < self.warmup_share <= 1:
             raise ValueError(f"warmup_share must be in (0, 1], got {self.warmup_share}")
         self.forward_headers = check_forward_names(self.forward_headers)
@@ -115,6 +128,15 @@ def _err(status: int, message: str) -> JSONResponse:
     return JSONResponse(error_body(message, ERROR_TYPES.get(status, "Error"), None, status), status_code=status)
 
 
+def _prefill_cost(path: str | None):
+    """The cost model of a preset file (`agentrt calibrate`), None without one."""
+    if path is None:
+        return None
+    from agentrt.engine.costs import CostModel
+    from agentrt.engine.preset_file import load_preset_file
+    return CostModel(load_preset_file(path).preset)
+
+
 def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
     """The ASGI app: the hot path (`proxy.HotPath`) in front of a FastAPI app for the other routes.
     `.state.bridge` and `.state.config` are reachable on the returned app as before."""
@@ -124,7 +146,11 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
                            scheduler=cfg.scheduler, scheduler_options=cfg.scheduler_options,
                            known_tenants=len(set(cfg.auth.tenants.values())) if cfg.auth is not None else 0,
                            template_bytes_per_tenant=cfg.template_bytes_per_tenant,
-                           template_bytes=cfg.template_bytes, warmup_share=cfg.warmup_share)
+                           template_bytes=cfg.template_bytes, warmup_share=cfg.warmup_share,
+                           gate_options={"max_held": cfg.gate_max_held, "poll_s": cfg.gate_poll_s,
+                                         "max_held_per_tenant": cfg.gate_max_held_per_tenant,
+                                         "max_queue_s": cfg.gate_max_queue_s},
+                           tenant_fair=cfg.auth is not None, prefill_cost=_prefill_cost(cfg.preset_file))
     salts = Salts.from_sources(cfg.cache_salt_secret_file)
     # without auth the default tenant stays unsalted: it shares the engine's cache with direct vLLM
     # clients, as before; every named tenant (and every tenant under auth) gets its own namespace
@@ -146,6 +172,8 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
         client = state["client"] = httpx.AsyncClient(base_url=cfg.upstream, timeout=timeout)
         state["pool"] = UpstreamPool(cfg.upstream, cfg.connect_timeout_s, cfg.read_timeout_s)
         tasks = [bridge.start(post_json)]
+        if bridge.gate is not None:
+            bridge.gate.attach(client)
         if cfg.kv_capacity_tokens is None:
             if not await capacity.read_into(bridge, client):
                 log.warning("could not read the upstream's KV capacity; warm-up decisions assume "
@@ -156,6 +184,8 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
         finally:
             for task in tasks:
                 await bridge.stop(task)
+            if bridge.gate is not None:
+                await bridge.gate.stop()
             await state["pool"].aclose()
             await client.aclose()
 
