@@ -2,6 +2,7 @@
 
     python benchmarks/connector_cost.py                       # Mooncake's conversation trace (about 75 min)
     python benchmarks/connector_cost.py --runs 1 --loads loaded --variants stock,lru
+    python benchmarks/connector_cost.py --loads unloaded --variants stock,lru --merge   # add a load
     python benchmarks/connector_cost.py --trace out/coding.mooncake.jsonl --label coding
     python benchmarks/connector_cost.py --docs-only           # re-render docs/vllm.md from the JSON
     python benchmarks/connector_cost.py --check 0.03 ...      # exit 1 if lru loses more than 3%
@@ -60,8 +61,10 @@ def markdown(doc: dict) -> str:
              f"{s['chunk']} tokens; {s['model']}; block size 32; median (range) of {s['runs']} runs "
              f"per row, round-robin; vLLM {s.get('vllm')}):", ""]
     for load, res in doc["loads"].items():
+        failed = sum(r.get("failed") or 0 for rs in res["raw"].values() for r in rs)
         lines += [f"**{load}** (the first {res['requests']} requests, client time factor "
-                  f"{res['sec_multiplier']}, {res['blocks']} blocks):", "",
+                  f"{res['sec_multiplier']}, {res['blocks']} blocks; {failed} requests over all runs "
+                  f"failed in vLLM's client):", "",
                   "| engine | requests/s | mean TTFT s | mean TPOT ms | mean E2E s | vs stock: req/s, TTFT, TPOT | connector us/step |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for name, v in res["variants"].items():
@@ -107,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--log-dir", default=None)
     ap.add_argument("--docs", action="store_true", help="render the table into docs/vllm.md")
+    ap.add_argument("--merge", action="store_true", help="keep the JSON's other loads (measured in another invocation)")
     ap.add_argument("--docs-only", action="store_true")
     ap.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
                     help="one more run per variant with py-spy sampling the engine core (not compared)")
@@ -140,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                         "model": f"{info['size']} model ({info['params']:,} parameters)",
                         "cores": os.cpu_count(), "seconds": round(time.time() - t0)},
            "loads": res}
+    if a.merge and out.exists():        # keep the loads measured before, in other invocations
+        old = json.loads(out.read_text())
+        doc["loads"] = {**{k: v for k, v in old["loads"].items() if k not in doc["loads"]}, **doc["loads"]}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
     print(markdown(doc))

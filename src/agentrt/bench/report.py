@@ -168,6 +168,37 @@ def print_result(doc: dict, console: Console | None = None) -> None:
         console.print(overload_text(doc["overload"]), style="bold yellow")
     if (note := oversize_text(doc)) is not None:
         console.print(note, style="bold yellow")
+    for note in (no_pressure_text(doc), one_tenant_text(doc)):
+        if note is not None:
+            console.print(note, style="bold yellow")
+
+
+def no_pressure_text(doc: dict) -> str | None:
+    """A note when every policy run gives the same hit rate and prefill: at this capacity the
+    eviction order decides nothing (a newcomer's most common surprise: a generated workload on a
+    whole GPU's memory)."""
+    res = [r for r in doc["results"].values() if not r.get("offline")]
+    if len(res) < 2 or len({(r.get("hit_rate"), r.get("prefill_tokens")) for r in res}) > 1:
+        return None
+    cfg = doc["config"]
+    from agentrt import defaults
+    what = ("no policy evicted a block" if not any(r.get("evictions") for r in res)
+            else "the evictions cost every policy the same hits")
+    return (f"every policy ties: at {cfg['gpu_blocks']:,} GPU blocks {what}, so eviction order decides "
+            f"nothing on this run; give a smaller --gpu-blocks (the default run uses "
+            f"{defaults.RUN_GPU_BLOCKS:,}, a quarter of the preset's memory) or more --concurrency to compare them.")
+
+
+def one_tenant_text(doc: dict) -> str | None:
+    """A note when a scheduler that shares by tenant ran on a trace with one tenant."""
+    cfg = doc["config"]
+    if cfg.get("scheduler") != "fair":
+        return None
+    first = next(iter(doc["results"].values()), {})
+    if len(first.get("tenants") or {}) > 1:
+        return None
+    return ("one tenant: the fair scheduler shares prefill, running memory and the KV pool by tenant, "
+            "and this trace has a single tenant, so it orders calls as fcfs does.")
 
 
 def oversize_text(doc: dict) -> str | None:

@@ -54,8 +54,10 @@ class BenchSpec:
             from agentrt.workloads.registry import workload_names
             if self.workload not in workload_names():
                 raise unknown_name("workload", self.workload, workload_names())
-            if self.workflows <= 0:
-                raise AgentrtError(f"{flag('workflows', cli)} must be > 0, got {self.workflows}")
+            from agentrt.trace.limits import MAX_WORKFLOWS
+            if not 0 < self.workflows <= MAX_WORKFLOWS:
+                raise AgentrtError(f"{flag('workflows', cli)} must be from 1 to {MAX_WORKFLOWS:,} "
+                                   f"(a generated workload is held in memory), got {self.workflows}")
             positive(self.tool_scale, "tool_scale", cli)
         self.options.validate(self.policies, cli)
         if self.replicas != 1 or self.router is not None or self.transfer_gbps is not None:
