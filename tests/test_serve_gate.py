@@ -317,3 +317,19 @@ def test_state_shows_the_gate():
         g = r.b.state()["scheduler"]["gate"]
         assert g["held"] == 1 and g["engine"]["waiting"] == 1 and g["capacity_blocks"] == 1000
     run(go())
+
+
+def test_the_accounting_returns_to_zero_when_every_call_has_ended():
+    async def go():
+        r = Rig("fair", capacity_blocks=50)
+        r.engine(waiting=1)
+        calls = [r.call(f"w{i}", tenant="AB"[i % 2]) for i in range(6)]
+        await asyncio.sleep(0)
+        r.engine()
+        r.gate.release_pass()
+        assert r.gate.reserved_blocks() > 0 and r.gate.tenant_running_blocks("A") > 0
+        r.b.answering(calls[0])                          # its prompt is computed: only its output stays
+        for c in calls:
+            r.finish(c)
+        assert (r.gate.reserved_blocks(), r.gate.running_blocks, r.gate.inflight, r.gate.held) == (0, {}, {}, {})
+    run(go())

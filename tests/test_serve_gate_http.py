@@ -51,9 +51,9 @@ def gate_of(s):
 
 
 def occupy(s, out: list, **headers) -> threading.Thread:
-    """A call the engine is busy with (it answers after 3 s): the gate has one in flight, so it
+    """A call the engine is busy with (it answers after 1.5 s): the gate has one in flight, so it
     no longer takes the engine for idle and waits for the scrape."""
-    t = send_in_thread(s.url, out, {"X-Fake": "hang", "X-Hang": "3", "X-Workflow-Id": "busy", **headers})
+    t = send_in_thread(s.url, out, {"X-Fake": "hang", "X-Hang": "1.5", "X-Workflow-Id": "busy", **headers})
     assert wait_until(lambda: len(gate_of(s).inflight) == 1)
     return t
 

@@ -9,13 +9,17 @@ Model
 - Several engines (data parallel) publish a series each: requests are summed, usage averaged.
 - A snapshot is taken at `at` (the clock when the scrape was sent): whatever the gate released
   after that is not in it. A failed scrape gives a snapshot with `ok` False.
+- `LoadPoller` scrapes every `interval_s` while its owner wants it (the gate: while calls are
+  held) and hands each snapshot over; it stops by itself when nothing is wanted.
 - Hostile input: the exposition is the upstream's text; a value that is not a finite number,
   or is negative, is ignored, usage is clamped to [0, 1], and at most `MAX_BYTES` are read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentrt.serve.capacity import parse_capacity
@@ -70,3 +74,32 @@ async def read_load(client, at: float, timeout_s: float = 2.0) -> EngineLoad:
         return parse_load(r.text[:MAX_BYTES], at)
     except httpx.HTTPError:
         return EngineLoad(at=at)
+
+
+class LoadPoller:
+    """Scrape the upstream every `interval_s` while `wanted()`, handing each snapshot to `on_load`."""
+
+    def __init__(self, interval_s: float, clock: Callable[[], float],
+                 on_load: Callable[[EngineLoad], None], wanted: Callable[[], bool]) -> None:
+        self.interval_s, self.clock, self.on_load, self.wanted = interval_s, clock, on_load, wanted
+        self.client = None                  # the server's httpx client (None: never scrape)
+        self._task: asyncio.Future | None = None
+
+    def start(self) -> None:
+        if self.client is not None and (self._task is None or self._task.done()):
+            self._task = asyncio.ensure_future(self._loop())
+
+    async def _loop(self) -> None:
+        while self.wanted():
+            at = self.clock()
+            self.on_load(await read_load(self.client, at))
+            if self.wanted():
+                await asyncio.sleep(max(0.0, self.interval_s - (self.clock() - at)))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass

@@ -42,7 +42,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from agentrt.runtime import events as ev
-from agentrt.serve.engine_load import EngineLoad, read_load
+from agentrt.serve.engine_load import EngineLoad, LoadPoller
 from agentrt.serve.live_view import CHARS_PER_TOKEN, LiveView, PrefillRate
 from agentrt.serve.metrics import usage_tokens
 
@@ -88,9 +88,9 @@ class AdmissionGate:
         self.running_blocks: dict[str, int] = {}         # tenant -> its released calls' blocks
         self.load = EngineLoad()
         self._since = 0                                  # released after the last scrape
+        self._reserved = 0                               # see reserved_blocks (kept as calls move)
         self._holds: deque[float] = deque(maxlen=64)
-        self._client = None
-        self._poller: asyncio.Future | None = None
+        self.poller = LoadPoller(poll_s, clock, self._loaded, lambda: bool(self.held))
         self._kicked = False
 
     # ------------------------------------------------------------------ the view's figures
@@ -98,7 +98,7 @@ class AdmissionGate:
         return int(self.cache.capacity_tokens // self.tokens_per_block)
 
     def reserved_blocks(self) -> int:
-        return sum((t.need if t.state == RELEASED else 0) + t.out_blocks + 1 for t in self.inflight.values())
+        return self._reserved
 
     def engine_requests(self) -> int:
         return self.load.running + self.load.waiting + self._since + len(self.held)
@@ -136,7 +136,7 @@ class AdmissionGate:
         self.held[info.rid] = t
         self.by_tenant.setdefault(info.tenant, {})[info.rid] = t
         self.metrics.held.set(len(self.held))
-        self._start_poller()
+        self.poller.start()
         self.kick()
         return t
 
@@ -183,6 +183,7 @@ class AdmissionGate:
         """The first byte of the call's answer: the engine computed its prompt."""
         if t.state == RELEASED:
             t.state = ANSWERING
+            self._reserved -= t.need
             t.answered_at = now = self.clock()
             self.guard("scheduler", self.sched.prompt_cached, t.info, now, t.cached)
             self.kick()
@@ -197,6 +198,7 @@ class AdmissionGate:
         if released:
             self.inflight.pop(t.info.rid, None)
             self._run(t.info.tenant, -(t.info.n_full + t.out_blocks + 1))
+            self._reserved -= (t.need if t.state == RELEASED else 0) + t.out_blocks + 1
             prompt, cached = usage_tokens(usage)
             if ok:
                 # the cached prefix the engine reported (the estimate at release without usage)
@@ -305,6 +307,7 @@ class AdmissionGate:
         t.out_blocks = -(-info.output_length // info.block_size)
         self.inflight[info.rid] = t
         self._run(info.tenant, info.n_full + t.out_blocks + 1)
+        self._reserved += t.need + t.out_blocks + 1
         self._since += 1
         if view is not None:
             t.priority = self.guard("scheduler", self.sched.priority, info, t.arrival, view)
@@ -317,30 +320,16 @@ class AdmissionGate:
     # ------------------------------------------------------------------ scraping
     def attach(self, client) -> None:
         """The server's httpx client for the upstream (its `/metrics`)."""
-        self._client = client
+        self.poller.client = client
 
-    def _start_poller(self) -> None:
-        if self._client is not None and (self._poller is None or self._poller.done()):
-            self._poller = asyncio.ensure_future(self._poll_loop())
-
-    async def _poll_loop(self) -> None:
-        while self.held:
-            at = self.clock()
-            load = await read_load(self._client, at)
-            self.load = load
-            if load.capacity_tokens and not self.fixed_capacity:
-                self.cache.capacity_tokens = load.capacity_tokens
-            self._safe_pass()
-            if self.held:
-                await asyncio.sleep(max(0.0, self.poll_s - (self.clock() - at)))
+    def _loaded(self, load: EngineLoad) -> None:
+        self.load = load
+        if load.capacity_tokens and not self.fixed_capacity:
+            self.cache.capacity_tokens = load.capacity_tokens
+        self._safe_pass()
 
     async def stop(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            try:
-                await self._poller
-            except (asyncio.CancelledError, Exception):
-                pass
+        await self.poller.stop()
 
     def stats(self) -> dict:
         busiest = sorted(self.by_tenant.items(), key=lambda kv: -len(kv[1]))[:8]

@@ -63,16 +63,21 @@ class PrefillRate:
 
 
 class LiveView:
-    """The `QueueView` of one admission pass; `gate` gives the engine's state (see module)."""
+    """The `QueueView` of one admission pass (made afresh for each: it remembers each call's
+    cached prefix for the pass); `gate` gives the engine's state (see module)."""
 
-    __slots__ = ("now", "gate")
+    __slots__ = ("now", "gate", "_cached")
 
     def __init__(self, gate, now: float = 0.0) -> None:
         self.gate = gate
         self.now = now
+        self._cached: dict[int, int] = {}       # rid -> its cached blocks, looked up once a pass
 
     def cached_blocks(self, call) -> int:
-        return min(call.n_full, self.gate.cache.gpu_prefix(call.tenant, call.hash_ids))
+        got = self._cached.get(call.rid)
+        if got is None:
+            got = self._cached[call.rid] = min(call.n_full, self.gate.cache.gpu_prefix(call.tenant, call.hash_ids))
+        return got
 
     @property
     def capacity_blocks(self) -> int:

@@ -56,7 +56,8 @@ class ServeScheduler:
         self.sched.engine_caches_at_schedule()
         self.tenants = None
         if self.active and tenant_fair and name != "fair":
-            self.tenants = make_scheduler("fair", weights=tenant_weights)
+            bounds = {k: v for k, v in (options or {}).items() if k in ("max_wait_s", "max_hold_s")}
+            self.tenants = make_scheduler("fair", weights=tenant_weights, **bounds)
         self.tree = PromptTree(max_nodes)
         self.released = 0
         self._prio: list[int] = []          # [lowest, highest] priority sent
