@@ -28,8 +28,9 @@ Method (each live run is `agentrt bench --engine vllm`, in-process: `enginebench
    vLLM: the gate users get, `enginebench/front.py`). Per pair the median and range of mean and
    p99 workflow E2E, TTFT p50/p90/p99 and hit rate; beside them the simulator's figures for the
    same calls (the run's `replayed-engine.jsonl` on the preset, as benchmarks/fidelity.py does).
-5. Goodput at the SLO per pair: the highest rate within it, from the 0.8 R and 1.2 R medians, then
-   `--goodput-steps` probes (one run each) expanding past them or bisecting between them.
+5. Goodput at the SLO per pair: the highest rate within it, from the 0.8 R and 1.2 R medians (for
+   stock also the search's probes), then, for the other pairs, `--goodput-steps` probes (one run
+   each) expanding past them or bisecting between them.
 JSON (`--json`): {"sustainable_rate": R, "slo_ttft_p90_s", "loads": {"0.8": {PAIR: M, ...},
 "1.2": {...}}, "goodput": {PAIR: rate}, "criteria": {...}, "bisection": [...], "settings":
 {...}}, PAIR keyed SCHEDULER+POLICY and stock vLLM as `stock`, each M holding the medians
@@ -252,13 +253,12 @@ def run(a) -> dict:
                 rows[p].append(r)
         doc["runs"][f"{load:g}"] = rows
         doc["loads"][f"{load:g}"] = {p: summarise(rs) for p, rs in rows.items()}
-    goodput, steps = {"stock": rate}, {}
-    for p in pairs:
-        if p == "stock":
-            continue
+    goodput, steps = {}, {}
+    for p in pairs:        # stock: its search's probes and the loads' medians, nothing more to run
         known = [(rate * load, doc["loads"][f"{load:g}"][p].get("ttft_p90_s")) for load in loads]
-        goodput[p], _, steps[p] = bisect(lambda r, p=p: bench.live([p], r)[p]["ttft_p90_s"], known,
-                                         rate, slo, a.goodput_steps, a.goodput_steps)
+        n = 0 if p == "stock" else a.goodput_steps
+        goodput[p], _, steps[p] = bisect(lambda r, p=p: bench.live([p], r)[p]["ttft_p90_s"],
+                                         known + (probes if p == "stock" else []), rate, slo, n, n)
     doc["goodput"], doc["goodput_points"], doc["bisection"] = goodput, steps, probes
     doc["criteria"] = criteria(doc)
     doc["settings"] = {"source": source, "pairs": pairs, "runs": a.runs, "loads": loads,

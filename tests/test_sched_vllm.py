@@ -425,15 +425,19 @@ def test_the_gate_holds_a_call_while_vllm_is_full_then_releases_it_and_it_is_ans
     from serve_fakes import start_serve, wait_until
     srv = vllm_servers(**PRIORITY_SERVER)
     s = start_serve(srv.base_url, "lru", scheduler="las", kv_capacity_tokens=None, gate_poll_s=0.02,
-                    forward_headers=())
+                    gate_max_running=1, forward_headers=())           # the server's --max-num-seqs
     try:
         gate = s.app.state.bridge.gate
 
         async def go():
             async with httpx.AsyncClient(timeout=300) as client:
-                body = {"model": "agentrt-test", "prompt": [20] * 16, "max_tokens": 600, "ignore_eos": True}
-                blocker = asyncio.ensure_future(client.post(srv.base_url + "/v1/completions", json=body))
-                assert await blocker_running(client, srv.base_url, blocker)
+                for _ in range(3):      # a busy machine may read the gauge only after it finished
+                    body = {"model": "agentrt-test", "prompt": [20] * 16, "max_tokens": 1950, "ignore_eos": True}
+                    blocker = asyncio.ensure_future(client.post(srv.base_url + "/v1/completions", json=body))
+                    if await blocker_running(client, srv.base_url, blocker):
+                        break
+                else:
+                    raise AssertionError("the blocking call was never seen running")
 
                 async def via_gate(wf: str):
                     b = {"model": "agentrt-test", "prompt": [30 + len(wf)] * 40, "max_tokens": 4}

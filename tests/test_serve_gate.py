@@ -333,3 +333,14 @@ def test_the_accounting_returns_to_zero_when_every_call_has_ended():
             r.finish(c)
         assert (r.gate.reserved_blocks(), r.gate.running_blocks, r.gate.inflight, r.gate.held) == (0, {}, {}, {})
     run(go())
+
+
+def test_a_known_running_cap_counts_the_calls_released_since_the_scrape():
+    async def go():
+        r = Rig("las", gate_options={"max_running": 3})
+        r.engine(running=1)
+        for wf in ("a", "b", "c", "d"):
+            r.call(wf)
+        await asyncio.sleep(0)
+        assert r.released() == ["a", "b"]                # 1 running + 2 released: the cap
+    run(go())

@@ -77,6 +77,7 @@ class ServeConfig:
     gate_max_held_per_tenant: int | None = None   # None: gate_max_held
     gate_poll_s: float = 0.05                # vLLM /metrics scrape interval while calls are held
     gate_max_queue_s: float | None = None    # longest wait in the gate (None: max_hold_s + max_wait_s)
+    gate_max_running: int | None = None      # vLLM's --max-num-seqs (None: the preset's, else unknown)
     preset_file: str | None = None           # `agentrt calibrate` preset: the engine's prefill times
 
     def __post_init__(self) -> None:
@@ -100,6 +101,8 @@ class ServeConfig:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
         if self.gate_max_held < 1 or (self.gate_max_held_per_tenant is not None and self.gate_max_held_per_tenant < 1):
             raise ValueError("gate_max_held and gate_max_held_per_tenant must be >= 1")
+        if self.gate_max_running is not None and self.gate_max_running < 1:
+            raise ValueError(f"gate_max_running must be >= 1, got {self.gate_max_running}")
         if not 0 < self.gate_poll_s <= 10:
             raise ValueError(f"gate_poll_s must be in (0, 10] seconds, got {self.gate_poll_s}")
         if self.gate_max_queue_s is not None and not 0 < self.gate_max_queue_s < float("inf"):
@@ -128,18 +131,21 @@ def _err(status: int, message: str) -> JSONResponse:
     return JSONResponse(error_body(message, ERROR_TYPES.get(status, "Error"), None, status), status_code=status)
 
 
-def _prefill_cost(path: str | None):
-    """The cost model of a preset file (`agentrt calibrate`), None without one."""
+def _measured(path: str | None):
+    """(the cost model, the running cap) of a preset file (`agentrt calibrate`); Nones without one."""
     if path is None:
-        return None
+        return None, None
     from agentrt.engine.costs import CostModel
     from agentrt.engine.preset_file import load_preset_file
-    return CostModel(load_preset_file(path).preset)
+    pf = load_preset_file(path)
+    return CostModel(pf.preset), pf.max_running
 
 
 def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
     """The ASGI app: the hot path (`proxy.HotPath`) in front of a FastAPI app for the other routes.
     `.state.bridge` and `.state.config` are reachable on the returned app as before."""
+    cost, preset_running = _measured(cfg.preset_file)
+    max_running = cfg.gate_max_running or preset_running
     bridge = RuntimeBridge(cfg.policy, cfg.policy_options, block_chars=cfg.block_chars,
                            kv_capacity_tokens=cfg.kv_capacity_tokens or 0,
                            act_interval_s=cfg.act_interval_s, clock=clock,
@@ -149,8 +155,8 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
                            template_bytes=cfg.template_bytes, warmup_share=cfg.warmup_share,
                            gate_options={"max_held": cfg.gate_max_held, "poll_s": cfg.gate_poll_s,
                                          "max_held_per_tenant": cfg.gate_max_held_per_tenant,
-                                         "max_queue_s": cfg.gate_max_queue_s},
-                           tenant_fair=cfg.auth is not None, prefill_cost=_prefill_cost(cfg.preset_file))
+                                         "max_queue_s": cfg.gate_max_queue_s, "max_running": max_running},
+                           tenant_fair=cfg.auth is not None, prefill_cost=cost)
     salts = Salts.from_sources(cfg.cache_salt_secret_file)
     # without auth the default tenant stays unsalted: it shares the engine's cache with direct vLLM
     # clients, as before; every named tenant (and every tenant under auth) gets its own namespace

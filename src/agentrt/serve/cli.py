@@ -53,6 +53,7 @@ def serve(
     max_held_per_tenant: Optional[int] = typer.Option(None, "--max-held-per-tenant", help="admission gate: calls one tenant may have held (default: --max-held)"),
     gate_poll: float = typer.Option(0.05, "--gate-poll", help="admission gate: seconds between reads of vLLM's /metrics while calls are held"),
     max_queue: Optional[float] = typer.Option(None, "--max-queue", help="admission gate: the longest any call waits in it, seconds (default: max_hold + max_wait)"),
+    max_running: Optional[int] = typer.Option(None, "--gate-max-running", help="admission gate: vLLM's --max-num-seqs (default: the preset file's, else unknown: vLLM's waiting queue tells)"),
     preset_file: Optional[str] = typer.Option(None, "--preset-file", help="admission gate: the engine's prefill times from `agentrt calibrate` (default: learned from the answers' time to first token)"),
     tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,..."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level"),
@@ -102,7 +103,8 @@ def serve(
                           max_connections=max_connections, template_bytes_per_tenant=template_bytes_per_tenant,
                           template_bytes=template_bytes, warmup_share=warmup_share,
                           gate_max_held=max_held, gate_max_held_per_tenant=max_held_per_tenant,
-                          gate_poll_s=gate_poll, gate_max_queue_s=max_queue, preset_file=preset_file)
+                          gate_poll_s=gate_poll, gate_max_queue_s=max_queue, preset_file=preset_file,
+                          gate_max_running=max_running)
     except ValueError as e:
         raise AgentrtError(str(e)) from None
     from agentrt.vllm.priority import needs_priority

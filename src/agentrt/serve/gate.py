@@ -6,8 +6,10 @@ Model
   (nearly) empty and the order is the scheduler's. Room comes from vLLM's `/metrics`
   (`engine_load.py`, scraped every `poll_s` while calls are held, with the server's upstream
   client) and from what the gate released since that scrape: the engine has room while its
-  waiting queue was empty at the scrape and the call's uncached prompt fits in the KV blocks
-  not held by running requests (`usage`), less the prompts released since. A held call holds
+  waiting queue was empty at the scrape, its running requests plus the calls released since stay
+  below its running cap when that is known (`max_running`: `--max-num-seqs`, from a preset file
+  or `--gate-max-running`), and the call's uncached prompt fits in the KV blocks not held by
+  running requests (`usage`), less the prompts released since. A held call holds
   no engine slot: it has not been sent.
 - The pass (`release_pass`) is the simulator's admission (`engine/admission.py`) over the held
   calls, driving the same scheduler object (`scheduler.py`): calls in `Scheduler.rank` order
@@ -69,13 +71,14 @@ class AdmissionGate:
     def __init__(self, sched, cache, metrics, *, clock, guard, report, block_chars: int = 256,
                  max_held: int = 1024, max_held_per_tenant: int | None = None, poll_s: float = 0.05,
                  max_queue_s: float | None = None, prefill: PrefillRate | None = None,
-                 fixed_capacity: bool = False, fresh_s: float = 1.0) -> None:
+                 fixed_capacity: bool = False, fresh_s: float = 1.0, max_running: int | None = None) -> None:
         if max_held < 1 or not poll_s > 0:
             raise ValueError("max_held must be >= 1 and poll_s > 0")
         self.sched, self.cache, self.metrics = sched, cache, metrics
         self.clock, self.guard, self.report = clock, guard, report     # the bridge's (never fail a call)
         self.tokens_per_block = block_chars / CHARS_PER_TOKEN
         self.max_held = max_held
+        self.max_running = max_running                   # vLLM's --max-num-seqs, when known
         self.max_held_per_tenant = max(1, min(max_held, max_held_per_tenant or max_held))
         self.poll_s, self.fresh_s = poll_s, max(fresh_s, 2 * poll_s)
         s = sched.sched
@@ -256,7 +259,8 @@ class AdmissionGate:
             t.need for t in self.inflight.values() if t.released_at >= snap.at)
         # blocks neither used nor caching anything: what backfill may take
         free_only = max(0.0, cap - used - min(cap - used, self.cache.work / self.tokens_per_block))
-        stop = mode == "stale" or (mode == "measured" and (snap.waiting > 0 or (not cap and self._since)))
+        stop = mode == "stale" or (mode == "measured" and (snap.waiting > 0 or self._at_cap(snap)
+                                                           or (not cap and self._since)))
         blocked = False
         n = 0
         for t in self.sched.order(list(self.held.values()), view):
@@ -293,8 +297,13 @@ class AdmissionGate:
             n += self._release(t, now, view, reason)
             used += need
             free_only -= need
-            stop = stop or (not cap and mode == "measured")     # pool unknown: one per scrape
+            # pool unknown: one per scrape
+            stop = stop or (mode == "measured" and (not cap or self._at_cap(snap)))
         return n
+
+    def _at_cap(self, snap: EngineLoad) -> bool:
+        """vLLM's running requests, its queue and the calls released since fill its running cap."""
+        return self.max_running is not None and snap.running + snap.waiting + self._since >= self.max_running
 
     def _release(self, t: Ticket, now: float, view: LiveView | None, reason: str) -> int:
         if t.state != HELD:
