@@ -43,13 +43,20 @@ def source_args(a) -> list[str]:
     return ["--workload", a.workload, "--seed", str(a.seed), "--workflows", str(a.workflows)]
 
 
-def run(a) -> dict:
-    work = Path(a.work_dir or tempfile.mkdtemp(prefix="agentrt-fidelity-"))
+def work_and_preset(a, name: str, *calibrate: str) -> tuple[Path, Path]:
+    """The work folder (`--work-dir`, else a new temporary one) and the preset: `--preset-file`,
+    else `agentrt calibrate --engine vllm --vllm-blocks N` (plus `calibrate`) run into the folder."""
+    work = Path(a.work_dir or tempfile.mkdtemp(prefix=f"agentrt-{name}-"))
     work.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
     preset = Path(a.preset_file) if a.preset_file else work / "preset.json"
     if not a.preset_file:
-        agentrt("calibrate", "--engine", "vllm", "--vllm-blocks", str(a.vllm_blocks), "-o", str(preset))
+        agentrt("calibrate", "--engine", "vllm", *calibrate, "--vllm-blocks", str(a.vllm_blocks), "-o", str(preset))
+    return work, preset
+
+
+def run(a) -> dict:
+    t0 = time.time()
+    work, preset = work_and_preset(a, "fidelity")
     live_args = ["bench", *source_args(a), "--engine", "vllm", "--policies", a.policies, "--vllm-blocks", str(a.vllm_blocks),
                  "--scale", str(a.scale), "--think-scale", str(a.think_scale), "--train-fraction", "0",
                  "--scheduler", a.scheduler, "--quiet"]

@@ -181,7 +181,7 @@ def test_workflows_the_runtime_ends_by_itself_leave_the_scheduler_too():
         b.runtime.max_workflows_per_tenant = 100
         for i in range(1000):
             call(b, "team-a", "solo", f"w{i}", "S")
-        s = b.scheduler.feeder.scheduler
+        s = b.scheduler.sched
         held = len(s.service.work) if hasattr(s, "service") else sum(len(v) for v in s.live.values())
         assert len(b.runtime.workflows) == 100 and held <= 100, (sched, held)
 

@@ -64,7 +64,7 @@ def bench(
     gpu_blocks: Optional[int] = typer.Option(None, "--gpu-blocks", help=f"GPU KV capacity in blocks (default: what the preset's memory holds; {defaults.RUN_GPU_BLOCKS:,} for the default run)", rich_help_panel="Engine model (simulator)"),
     host_blocks: int = typer.Option(0, "--host-blocks", help="host-tier capacity in blocks (0: no host tier)", rich_help_panel="Engine model (simulator)"),
     preset: str = typer.Option(defaults.PRESET, "--preset", help="model and GPU preset (see `agentrt presets`)", rich_help_panel="Engine model (simulator)"),
-    preset_file: Optional[Path] = typer.Option(None, "--preset-file", help="an engine measured by `agentrt calibrate`: its costs, KV pool (unless --gpu-blocks), scheduler limits and caching point (unless --cache-at)", rich_help_panel="Engine model (simulator)"),
+    preset_file: Optional[Path] = typer.Option(None, "--preset-file", help="an engine measured by `agentrt calibrate`: its costs, KV pool (unless --gpu-blocks), scheduler limits and caching point (unless --cache-at); with --engine vllm --scheduler, the admission gate's prefill times", rich_help_panel="Engine model (simulator)"),
     seed: int = typer.Option(defaults.SEED, "--seed", help="seed of the generated workload and of the policies", rich_help_panel="What to replay"),
     workflows: int = typer.Option(defaults.WORKFLOWS, "--workflows", help="workflows to generate (with --workload or the default run; as `agentrt generate`)", rich_help_panel="What to replay"),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help=f"replay closed loop with this many workflows at once (default: the trace's; {defaults.CONCURRENCY} for a generated workload, as `agentrt generate`)", rich_help_panel="What to replay"),
@@ -101,7 +101,7 @@ def bench(
     think_scale: float = typer.Option(1.0, "--think-scale", help="[vllm] scale think times by this (shorter live runs)", rich_help_panel="Live vLLM (--engine vllm)"),
     max_calls: Optional[int] = typer.Option(None, "--max-calls", help="[vllm] replay whole workflows up to this many calls", rich_help_panel="Live vLLM (--engine vllm)"),
     log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="[vllm] keep server and connector logs here", rich_help_panel="Live vLLM (--engine vllm)"),
-    tenant_shares: bool = typer.Option(True, "--tenant-shares/--no-tenant-shares", help="[vllm] with --scheduler fair, the connector shares the KV pool by tenant (off: priorities only)", rich_help_panel="Live vLLM (--engine vllm)"),
+    tenant_shares: bool = typer.Option(True, "--tenant-shares/--no-tenant-shares", help="[vllm] with --scheduler fair, the connector shares the KV pool by tenant (off: the gate's order only)", rich_help_panel="Live vLLM (--engine vllm)"),
     live_outputs: bool = typer.Option(True, "--live-outputs/--no-live-outputs", help="[vllm] a later prompt that carries an earlier answer (the trace's output_hash_ids) sends the tokens the engine generated, as an agent does (off: generated stand-ins, never a hit)", rich_help_panel="Live vLLM (--engine vllm)"),
 ) -> None:
     """Replay a trace under several policies and print hit rates, TTFT percentiles, end-to-end latency and throughput."""
@@ -140,8 +140,8 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
                 think_scale: float, max_calls: int | None, log_dir: Path | None,
                 tenant_shares: bool = True, live_outputs: bool = True) -> dict:
     """`bench --engine vllm`: see agentrt.enginebench.runner. With a scheduler other than fcfs,
-    stock vLLM (lru, fcfs) runs first and every policy then runs under the scheduler, its
-    priorities carried by vLLM's `--scheduling-policy priority`."""
+    stock vLLM (lru, fcfs) runs first and every policy then runs under the scheduler, through
+    `agentrt serve --scheduler` in front of vLLM (its admission gate)."""
     import importlib.util
     if importlib.util.find_spec("vllm") is None:
         raise AgentrtError('--engine vllm needs vLLM: pip install -e ".[vllm]"')
@@ -161,7 +161,7 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
                               log_dir=str(log_dir) if log_dir else None,
                               scheduler=o.scheduler, scheduler_options=dict(o.scheduler_options),
                               tool_hints=o.tool_hints, tenant_shares=tenant_shares,
-                              live_outputs=live_outputs)
+                              live_outputs=live_outputs, preset_file=o.preset_file)
     source, owned = spec.open_source()
     try:
         with _progress(quiet) as prog:

@@ -93,9 +93,10 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
         raise AgentrtError(f"{' and '.join(shaped)} {'is' if len(shaped) == 1 else 'are'} for "
                            f"{', '.join(PBKV_PREDICTING)}; none is in --policies")
     if preset_file is not None:
-        if engine != "sim":
+        if engine != "sim" and scheduler == "fcfs":
             raise AgentrtError("--preset-file describes an engine for the simulator; with --engine vllm "
-                               "the engine is measured, not modelled (agentrt calibrate writes one)")
+                               "the engine is measured, not modelled (with --scheduler it gives the "
+                               "admission gate its prefill times)")
         if preset != defaults.PRESET:
             raise AgentrtError("give either --preset or --preset-file, not both")
         from agentrt.engine.preset_file import load_preset_file

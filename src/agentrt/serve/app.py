@@ -7,7 +7,8 @@ included, bytes and content encoding pass through as they come), GET /v1/models 
 frameworks that learn a workflow ended only after its last call).
 With `--auth` (`auth.py`): model routes need a tenant key, `/agentrt/state` and `/metrics` an
 admin key; a tenant key may end its own workflows, an admin key any tenant's (`?tenant=`).
-With a scheduler other than fcfs (`scheduler.py`) the forwarded body's `priority` is the
+With a scheduler other than fcfs, calls wait in the admission gate (`gate.py`) until the engine
+has room, in the scheduler's order (`scheduler.py`); the forwarded body's `priority` is the
 scheduler's, whatever the client sent, and a client's `X-Vllm-Priority` header (which vLLM reads
 before the body) is dropped: priorities are not the client's to choose.
 """
@@ -72,6 +73,13 @@ class ServeConfig:
     template_bytes: int = 64 << 20
     warmup_share: float = 0.25               # of the last minute, the most one tenant's warm-ups take
     retain_tool_calls: bool = False          # send kv.retain with calls that may end in a tool call
+    # the admission gate (a scheduler other than fcfs; gate.py)
+    gate_max_held: int = 1024                # calls held at once (429 past it)
+    gate_max_held_per_tenant: int | None = None   # None: gate_max_held
+    gate_poll_s: float = 0.05                # vLLM /metrics scrape interval while calls are held
+    gate_max_queue_s: float | None = None    # longest wait in the gate (None: max_hold_s + max_wait_s)
+    gate_max_running: int | None = None      # vLLM's --max-num-seqs (None: the preset's, else unknown)
+    preset_file: str | None = None           # `agentrt calibrate` preset: the engine's prefill times
 
     def __post_init__(self) -> None:
         u = self.upstream.rstrip("/")
@@ -92,6 +100,14 @@ class ServeConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
+        if self.gate_max_held < 1 or (self.gate_max_held_per_tenant is not None and self.gate_max_held_per_tenant < 1):
+            raise ValueError("gate_max_held and gate_max_held_per_tenant must be >= 1")
+        if self.gate_max_running is not None and self.gate_max_running < 1:
+            raise ValueError(f"gate_max_running must be >= 1, got {self.gate_max_running}")
+        if not 0 < self.gate_poll_s <= 10:
+            raise ValueError(f"gate_poll_s must be in (0, 10] seconds, got {self.gate_poll_s}")
+        if self.gate_max_queue_s is not None and not 0 < self.gate_max_queue_s < float("inf"):
+            raise ValueError(f"gate_max_queue_s must be a finite number of seconds > 0, got {self.gate_max_queue_s}")
         if not 0 < self.warmup_share <= 1:
             raise ValueError(f"warmup_share must be in (0, 1], got {self.warmup_share}")
         self.forward_headers = check_forward_names(self.forward_headers)
@@ -116,9 +132,21 @@ def _err(status: int, message: str) -> JSONResponse:
     return JSONResponse(error_body(message, ERROR_TYPES.get(status, "Error"), None, status), status_code=status)
 
 
+def _measured(path: str | None):
+    """(the cost model, the running cap) of a preset file (`agentrt calibrate`); Nones without one."""
+    if path is None:
+        return None, None
+    from agentrt.engine.costs import CostModel
+    from agentrt.engine.preset_file import load_preset_file
+    pf = load_preset_file(path)
+    return CostModel(pf.preset), pf.max_running
+
+
 def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
     """The ASGI app: the hot path (`proxy.HotPath`) in front of a FastAPI app for the other routes.
     `.state.bridge` and `.state.config` are reachable on the returned app as before."""
+    cost, preset_running = _measured(cfg.preset_file)
+    max_running = cfg.gate_max_running or preset_running
     bridge = RuntimeBridge(cfg.policy, cfg.policy_options, block_chars=cfg.block_chars,
                            kv_capacity_tokens=cfg.kv_capacity_tokens or 0,
                            act_interval_s=cfg.act_interval_s, clock=clock,
@@ -126,7 +154,11 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
                            known_tenants=len(set(cfg.auth.tenants.values())) if cfg.auth is not None else 0,
                            template_bytes_per_tenant=cfg.template_bytes_per_tenant,
                            template_bytes=cfg.template_bytes, warmup_share=cfg.warmup_share,
-                           retain_tool_calls=cfg.retain_tool_calls)
+                           retain_tool_calls=cfg.retain_tool_calls,
+                           gate_options={"max_held": cfg.gate_max_held, "poll_s": cfg.gate_poll_s,
+                                         "max_held_per_tenant": cfg.gate_max_held_per_tenant,
+                                         "max_queue_s": cfg.gate_max_queue_s, "max_running": max_running},
+                           tenant_fair=cfg.auth is not None, prefill_cost=cost)
     salts = Salts.from_sources(cfg.cache_salt_secret_file)
     # without auth the default tenant stays unsalted: it shares the engine's cache with direct vLLM
     # clients, as before; every named tenant (and every tenant under auth) gets its own namespace
@@ -148,6 +180,8 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
         client = state["client"] = httpx.AsyncClient(base_url=cfg.upstream, timeout=timeout)
         state["pool"] = UpstreamPool(cfg.upstream, cfg.connect_timeout_s, cfg.read_timeout_s)
         tasks = [bridge.start(post_json)]
+        if bridge.gate is not None:
+            bridge.gate.attach(client)
         if cfg.kv_capacity_tokens is None:
             if not await capacity.read_into(bridge, client):
                 log.warning("could not read the upstream's KV capacity; warm-up decisions assume "
@@ -158,6 +192,8 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
         finally:
             for task in tasks:
                 await bridge.stop(task)
+            if bridge.gate is not None:
+                await bridge.gate.stop()
             await state["pool"].aclose()
             await client.aclose()
 

@@ -26,7 +26,12 @@ EVERY_S = 60.0           # in any case
 async def kv_capacity_tokens(client: httpx.AsyncClient) -> int | None:
     """The upstream's KV pool in tokens, from vLLM's `vllm:cache_config_info` metric."""
     r = await client.get("/metrics", timeout=10)
-    for line in r.text.splitlines():
+    return parse_capacity(r.text)
+
+
+def parse_capacity(text: str) -> int | None:
+    """The KV pool in tokens from a `/metrics` exposition, None when it is not there."""
+    for line in text.splitlines():
         if line.startswith("vllm:cache_config_info{"):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
             if labels.get("kv_cache_size_tokens", "").isdigit():

@@ -46,8 +46,15 @@ def serve(
     cache_salt_secret_file: Optional[str] = typer.Option(None, "--cache-salt-secret-file", help="secret for the per-tenant cache_salt (HMAC); default: $AGENTRT_CACHE_SALT_SECRET, else generated at start"),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="seconds to connect to the upstream"),
     read_timeout: float = typer.Option(300.0, "--read-timeout", help="longest silence (seconds) of the upstream within one answer before the call fails (504, or an SSE error event)"),
-    scheduler: str = typer.Option("fcfs", "--scheduler", help="admission scheduler whose ranking is sent as each request's vLLM `priority` (see `agentrt schedulers`); not fcfs needs the upstream started with --scheduling-policy priority"),
-    max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler option max_wait_s (vLLM cannot enforce it: priorities are fixed at submission)"),
+    scheduler: str = typer.Option("fcfs", "--scheduler", help="admission scheduler (see `agentrt schedulers`): not fcfs, calls wait in the server's admission gate and go to vLLM in the scheduler's order while the engine has room (fcfs: every call goes at once)"),
+    max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler option max_wait_s: a call waiting longer goes before every call that has not"),
+    max_hold: Optional[float] = typer.Option(None, "--max-hold", help="scheduler option max_hold_s: the longest a call is held at the door (agent, fair)"),
+    max_held: int = typer.Option(1024, "--max-held", help="admission gate: calls held at once (429 with Retry-After past it)"),
+    max_held_per_tenant: Optional[int] = typer.Option(None, "--max-held-per-tenant", help="admission gate: calls one tenant may have held (default: --max-held)"),
+    gate_poll: float = typer.Option(0.05, "--gate-poll", help="admission gate: seconds between reads of vLLM's /metrics while calls are held"),
+    max_queue: Optional[float] = typer.Option(None, "--max-queue", help="admission gate: the longest any call waits in it, seconds (default: max_hold + max_wait)"),
+    max_running: Optional[int] = typer.Option(None, "--gate-max-running", help="admission gate: vLLM's --max-num-seqs (default: the preset file's, else unknown: vLLM's waiting queue tells)"),
+    preset_file: Optional[str] = typer.Option(None, "--preset-file", help="admission gate: the engine's prefill times from `agentrt calibrate` (default: learned from the answers' time to first token)"),
     tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,..."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level"),
     forward_header: list[str] = typer.Option([], "--forward-header", help="a client header to forward upstream besides the allow-list (repeatable); headers vLLM acts on are refused"),
@@ -80,7 +87,10 @@ def serve(
     except AuthError as e:
         raise AgentrtError(str(e)) from None
     from agentrt.options import scheduler_options  # the same checks as `agentrt bench --scheduler`
-    sopts = scheduler_options(scheduler, max_wait, tenant_weights)
+    sopts = scheduler_options(scheduler, max_wait, tenant_weights, max_hold)
+    if preset_file is not None:
+        from agentrt.engine.preset_file import load_preset_file
+        load_preset_file(preset_file)                       # a bad file fails at start
     try:
         cfg = ServeConfig(upstream, policy, parse_options(set_, policy), block_chars=block_chars,
                           act_interval_s=act_interval, kv_capacity_tokens=kv_capacity_tokens,
@@ -93,13 +103,17 @@ def serve(
                           body_timeout_s=body_timeout, keepalive_timeout_s=keepalive_timeout,
                           max_connections=max_connections, template_bytes_per_tenant=template_bytes_per_tenant,
                           template_bytes=template_bytes, warmup_share=warmup_share,
-                          retain_tool_calls=retain_tool_calls)
+                          retain_tool_calls=retain_tool_calls,
+                          gate_max_held=max_held, gate_max_held_per_tenant=max_held_per_tenant,
+                          gate_poll_s=gate_poll, gate_max_queue_s=max_queue, preset_file=preset_file,
+                          gate_max_running=max_running)
     except ValueError as e:
         raise AgentrtError(str(e)) from None
     from agentrt.vllm.priority import needs_priority
     if needs_priority(scheduler):
-        typer.echo(f"scheduler {scheduler}: each request carries its vLLM priority; the upstream must "
-                   "run with --scheduling-policy priority (under fcfs vLLM ignores it)", err=True)
+        typer.echo(f"scheduler {scheduler}: calls wait in the admission gate until vLLM has room; each "
+                   "carries its vLLM priority (used to pick preemption victims when the upstream runs "
+                   "--scheduling-policy priority; ignored under its default fcfs)", err=True)
     run(create_app(cfg), host, port, log_level)
 
 

@@ -11,7 +11,10 @@ Every other route goes to the FastAPI app behind it. Per request, in order:
 2. the caller (`auth.py`: 401 without a known key, 403 for an admin-only key), the body (at most
    `max_body_bytes`, else 413), validation and identity (`validate.py`, `identity.py`): 4xx in
    OpenAI's error shape, and nothing taken yet;
-3. `bridge.arrive`, then, whatever happens, exactly one `bridge.finish` (no slot can leak);
+3. with a scheduler (`gate.py`): a 429 with `Retry-After` when the admission gate is full
+   (before anything is taken: the call is not counted, nothing is sent); then `bridge.arrive`,
+   then, whatever happens, exactly one `bridge.finish` (no slot can leak); a gated call waits
+   for its release while a watcher removes it from the gate at once if its client disconnects;
 4. the forwarded body: identity (`session_id`, kv_hints actions in `kv_transfer_params`,
    `vllm_xargs`: identity.py), the tenant's `cache_salt`, the scheduler's `priority` (with
    `--auth` a client's `priority` is dropped under fcfs too); sent through the pooled client
@@ -133,12 +136,26 @@ class HotPath:
             return await send_json(send, e.status, orjson.dumps(e.body()))
         except ConnectionError:
             return
+        gate = bridge.gate
+        if gate is not None and not gate.room_for(ident.tenant):
+            gate.metrics.rejected(ident.tenant)
+            return await self._full(send, gate)
         call = bridge.arrive(path, body, ident)
         status, usage, tool = "error", None, False
-        ctx = {"resp": None, "conn": None, "gone": False}
+        ctx = {"resp": None, "conn": None, "gone": False, "ticket": call.ticket}
         watcher = asyncio.ensure_future(self._watch(receive, ctx))
         resp = None
         try:
+            if call.ticket is not None:
+                why = await gate.wait(call.ticket)
+                if why == "gone":              # the client left while held: nothing was sent
+                    status = "gone"
+                    return
+                if why == "full":              # pushed out for a tenant holding fewer
+                    status = 429
+                    return await self._full(send, gate)
+                if call.ticket.priority is not None:
+                    call.priority = call.ticket.priority
             fwd = forward_body(body, ident, call.agent, call.index,
                                self.salts(ident.tenant) if self.salts else None)
             if call.priority is not None:
@@ -228,6 +245,12 @@ class HotPath:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return 200, usage, tool
 
+    @staticmethod
+    async def _full(send, gate) -> None:
+        await send_json(send, *error_response(
+            429, "agentrt serve: the admission queue is full; retry after the time in Retry-After",
+            "RateLimitError"), [(b"retry-after", str(gate.retry_after()).encode())])
+
     def _upstream_error(self, what: str, e: Exception, where: bool = False) -> str:
         return upstream_error(self.cfg.upstream, self.auth is not None, what, str(e), where,
                               isinstance(e, UpstreamTimeout))
@@ -238,6 +261,8 @@ class HotPath:
             m = await receive()
             if m["type"] == "http.disconnect":
                 ctx["gone"] = True
+                if ctx["ticket"] is not None:
+                    self.bridge.gate.leave(ctx["ticket"])
                 resp, conn = ctx["resp"], ctx["conn"]
                 if resp is not None:
                     resp.abort()

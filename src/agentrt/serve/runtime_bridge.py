@@ -11,9 +11,11 @@ Model
   (when the last such call got its answer and every `act_interval_s`) and warm-ups become
   upstream requests, each tenant's within its `warmup_share`: `act_loop.py`.
 - The policy's view of the engine is an estimate (`view.py`): the server sees no block events.
-- With a scheduler other than `fcfs` (`scheduler.py`), each user call also gets the vLLM
-  `priority` the scheduler gives it at arrival (`Call.priority`), from a scheduler instance fed
-  with the same calls; warm-ups get `WARMUP_PRIORITY` (after every user call).
+- With a scheduler other than `fcfs` (`scheduler.py`), each user call enters the admission gate
+  (`gate.py`, `Call.ticket`): it waits there, in the scheduler's order, until the engine has
+  room, and goes with the vLLM `priority` the scheduler gives it at its release
+  (`Call.priority`); warm-ups get `WARMUP_PRIORITY` (after every user call) and bypass the gate
+  (they are sent only while no user call waits for its first answer byte, held ones included).
 - Tenancy: the runtime and the scheduler see each workflow under its tenant-scoped key
   (`Identity.key`), agent profiles and templates are keyed by (tenant, agent) and the cache
   estimate by (tenant, block); warm-ups carry their tenant's `cache_salt` (`salts`, set by the app).
@@ -48,7 +50,9 @@ from agentrt.serve.blocks import PromptBlocks, chat_segments, completion_segment
 from agentrt.serve.blocks import prompt_blocks, template, tenant_seed
 from agentrt.serve.act_loop import ActLoop, WarmupShare
 from agentrt.serve.identity import Identity
-from agentrt.serve.metrics import ServeMetrics, usage_tokens
+from agentrt.serve.gate import AdmissionGate
+from agentrt.serve.live_view import PrefillRate
+from agentrt.serve.metrics import GateMetrics, ServeMetrics, usage_tokens
 from agentrt.serve.scheduler import ServeScheduler
 from agentrt.serve.templates import TemplateStore
 from agentrt.serve.validate import MAX_OUTPUT_TOKENS
@@ -70,7 +74,7 @@ def retain_for(runtime, body: dict, ident: Identity, agent: str) -> float | None
 
 class Call:
     __slots__ = ("info", "ident", "agent", "endpoint", "started", "blocks", "priority", "sched_info",
-                 "answering")
+                 "answering", "ticket")
 
     @property
     def index(self) -> int | None:
@@ -83,6 +87,7 @@ class Call:
         self.priority: int | None = None     # the vLLM priority to send (None: leave the body's)
         self.sched_info = None               # the scheduler's copy of `info`
         self.answering = False               # the first byte of its answer came back
+        self.ticket = None                   # its place in the admission gate (None: not gated)
 
 
 class RuntimeBridge(ActLoop):
@@ -93,7 +98,8 @@ class RuntimeBridge(ActLoop):
                  max_tenant_labels: int = 256, scheduler: str = "fcfs",
                  scheduler_options: dict | None = None, known_tenants: int = 0,
                  template_bytes_per_tenant: int = 8 << 20, template_bytes: int = 64 << 20,
-                 warmup_share: float = 0.25, retain_tool_calls: bool = False) -> None:
+                 warmup_share: float = 0.25, retain_tool_calls: bool = False,
+                 gate_options: dict | None = None, tenant_fair: bool = False, prefill_cost=None) -> None:
         if policy in BOUNDS:
             raise AgentrtError(f"'{policy}' is a bound (it needs the future of a trace), not a policy "
                                f"a server can run")
@@ -109,7 +115,15 @@ class RuntimeBridge(ActLoop):
         self._end_reason = "client"
         self.metrics.workflows_open.labels(policy).set_function(lambda: len(self.runtime.workflows))
         self.cache = CacheEstimate(kv_capacity_tokens)
-        self.scheduler = ServeScheduler(scheduler, scheduler_options, self.cache, block_chars)
+        opts = dict(scheduler_options or {})
+        self.scheduler = ServeScheduler(scheduler, opts, tenant_fair=tenant_fair, tenant_weights=opts.get("weights"))
+        self.gate: AdmissionGate | None = None
+        if self.scheduler.active:
+            self.gate = AdmissionGate(self.scheduler, self.cache,
+                                      GateMetrics(self.metrics.registry, scheduler, self.metrics.tenant_label),
+                                      clock=clock, guard=self._guard, report=self._report,
+                                      block_chars=block_chars, prefill=PrefillRate(prefill_cost),
+                                      fixed_capacity=kv_capacity_tokens > 0, **(gate_options or {}))
         self.block_chars = block_chars
         self.max_anchor_blocks = max_anchor_blocks
         self.act_interval_s = act_interval_s
@@ -174,12 +188,11 @@ class RuntimeBridge(ActLoop):
         call = Call(info, ident, agent or "unknown", endpoint, now, blocks)
         if self.retain_tool_calls and agent:
             ident.retain_s = self._guard("retain", retain_for, self.runtime, body, ident, agent)
-        if self.scheduler.active:
+        if self.gate is not None:
             call.priority = 0        # a call the scheduler cannot rank still gets no client priority
             if info is not None:
-                ranked = self._guard("scheduler", self.scheduler.arrive, info, now)
-                if ranked is not None:
-                    call.sched_info, call.priority = ranked
+                call.sched_info = self._guard("scheduler", self.scheduler.arrive, info, now)
+            call.ticket = self.gate.enter(call.sched_info)
         return call
 
     def _info(self, body: dict, ident: Identity, blocks: PromptBlocks) -> ev.CallInfo:
@@ -205,26 +218,29 @@ class RuntimeBridge(ActLoop):
         else:
             self._templates.touch(key)
 
-    def answering(self, call: Call) -> None:
-        """The first byte of the call's answer came back: the engine is past its prefill."""
+    def answering(self, call: Call, first_byte: bool = True) -> None:
+        """The first byte of the call's answer came back: the engine is past its prefill
+        (`first_byte` False: the answer ended, whether or not a byte came first)."""
         if not call.answering:
             call.answering = True
             self.starting = max(0, self.starting - 1)
             if self.starting == 0:
                 self._wake.set()
+            if first_byte and call.ticket is not None:
+                self.gate.answering(call.ticket)
 
     def finish(self, call: Call, status: int | str, usage: dict | None, tool_call: bool = False) -> None:
         """The call's answer ended (`status`: the upstream's, or how it failed); `tool_call`: the
         answer ends in a tool call, so the workflow's next call waits on a tool."""
         now = self.clock()
-        self.answering(call)
+        self.answering(call, first_byte=False)
         self.in_flight = max(0, self.in_flight - 1)
         self.metrics.in_flight_now.set(self.in_flight)
         tool_call = tool_call and status == 200
         if call.info is not None:
             self._guard("observe", self.runtime.observe, ev.CallFinished(now, call.info, None, tool_call))
-        if call.sched_info is not None:
-            self._guard("scheduler", self.scheduler.done, call.sched_info, now, status == 200, usage)
+        if call.ticket is not None:
+            self._guard("gate", self.gate.finish, call.ticket, status, usage, tool_call)
         if status == 200:
             self._guard("cache", self._computed, call.ident.tenant, call.blocks, usage)
         if call.ident.end:
@@ -256,8 +272,12 @@ class RuntimeBridge(ActLoop):
         self._end_reason = reason                 # read by `_ended` (the guard catches everything)
         self._guard("observe", self.runtime.observe, ev.WorkflowEnded(now, workflow, tenant))
         self._end_reason = "client"
-        if self.scheduler.active:
+        self._sched_ended(workflow, tenant, now)
+
+    def _sched_ended(self, workflow: str, tenant: str, now: float) -> None:
+        if self.gate is not None:
             self._guard("scheduler", self.scheduler.workflow_ended, workflow, tenant, now)
+            self.gate.kick()          # a held call may go now (its door opened)
 
     def _ended(self, wf, reason: str) -> None:
         """The runtime's `on_end`: count one workflow end (a plain "end" came by `end_workflow`,
@@ -265,8 +285,8 @@ class RuntimeBridge(ActLoop):
         silence sweep) is over for the scheduler too, whose per-workflow state would otherwise
         grow with every workflow id a client never ends."""
         self.metrics.workflow_ended(wf.tenant, self._end_reason if reason == "end" else reason)
-        if reason != "end" and self.scheduler.active:
-            self._guard("scheduler", self.scheduler.workflow_ended, wf.id, wf.tenant, self.clock())
+        if reason != "end":
+            self._sched_ended(wf.id, wf.tenant, self.clock())
 
     # ------------------------------------------------------------------ introspection
     def state(self, limit: int = 200) -> dict:
@@ -276,7 +296,10 @@ class RuntimeBridge(ActLoop):
         agents = [{"tenant": p.tenant, "agent": p.name, "calls": p.calls, "anchor_blocks": len(p.anchor),
                    "anchor_workflows": p.anchor_workflows}
                   for p in itertools.islice(rt.agents.values(), limit)]
-        return {"policy": self.policy_name, "scheduler": self.scheduler.stats(), "in_flight": self.in_flight,
+        sched = self.scheduler.stats()
+        if self.gate is not None:
+            sched["gate"] = self.gate.stats()
+        return {"policy": self.policy_name, "scheduler": sched, "in_flight": self.in_flight,
                 "starting": self.starting, "warming": self.warming,
                 "warmups_sent": self.warmups_sent, "runtime_errors": rt.errors,
                 "kv_capacity_tokens": self.cache.capacity_tokens, "engine_work_tokens": self.cache.work,
