@@ -62,7 +62,8 @@ def test_one_replica_is_the_plain_bench(tmp_path):
     (["--replicas", "2", "--engine", "vllm"], "for the simulator"),
     (["--replicas", "2", "--router-set", "nope=1"], "router 'agent' has no option 'nope'; it has: max_workflows"),
     (["--replicas", "2", "--router-set", "spread"], "expected OPTION=VALUE"),
-    (["--router-set", "spread=true"], "--router-set needs --replicas 2 or more"),
+    (["--router-set", "spread=true"], "--router-set and --set router.OPTION need --replicas 2 or more"),
+    (["--set", "router.spread=true"], "--router-set and --set router.OPTION need --replicas 2 or more"),
     (["--replicas", "2", "--router", "prefix", "--router-set", "imbalance_rel=0.5"],
      "bad option for router 'prefix': imbalance_abs must be >= 0 and imbalance_rel >= 1"),
 ])

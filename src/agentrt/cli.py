@@ -78,7 +78,7 @@ def bench(
     predictor: Optional[Path] = typer.Option(None, "--predictor", help="PBKV: use this trained predictor (from `agentrt train`) instead of training one", rich_help_panel="Policies"),
     predictor_kind: str = typer.Option("graphsage", "--predictor-kind", help="PBKV: graphsage, markov or rgcn", rich_help_panel="Policies"),
     predictor_noise: float = typer.Option(0.0, "--predictor-noise", help="PBKV: blend predictions with random ones at this strength (0 to 1)", rich_help_panel="Policies"),
-    set_: list[str] = typer.Option([], "--set", help="policy option, e.g. --set cachesage.lookahead=4 (repeatable)", rich_help_panel="Policies"),
+    set_: list[str] = typer.Option([], "--set", help="a component's option, one syntax for all: --set POLICY.OPTION=V (e.g. cachesage.lookahead=4), --set scheduler.OPTION=V (e.g. scheduler.max_hold_s=60), --set router.OPTION=V (repeatable; `agentrt policies|schedulers|routers --options` lists them)", rich_help_panel="Policies"),
     scheduler: str = typer.Option(defaults.SCHEDULER, "--scheduler", help="admission order of waiting calls (see `agentrt schedulers`)", rich_help_panel="Admission schedulers"),
     max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler starvation bound: a call waiting longer than this many seconds goes first (default 60)", rich_help_panel="Admission schedulers"),
     max_hold: Optional[float] = typer.Option(None, "--max-hold", help="schedulers that hold new workflows back (agent): the longest hold in seconds (default 600)", rich_help_panel="Admission schedulers"),
@@ -172,19 +172,19 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
 
 
 @app.command()
-def policies() -> None:
+def policies(options: bool = typer.Option(False, "--options", help="also list each policy's options (--set POLICY.OPTION=V) with defaults")) -> None:
     """List the policies every tool accepts by name."""
-    from agentrt.policies.registry import describe, policy_names
-    for n in policy_names():
-        typer.echo(f"{n:18s} {describe(n)}")
+    from agentrt.policies.registry import BOUNDS, POLICIES, describe
+    for line in POLICIES.listing(options, {b: describe(b) for b in BOUNDS}):
+        typer.echo(line)
 
 
 @app.command()
-def schedulers() -> None:
+def schedulers(options: bool = typer.Option(False, "--options", help="also list each scheduler's options (--set scheduler.OPTION=V) with defaults")) -> None:
     """List the admission schedulers `bench --scheduler` accepts by name."""
-    from agentrt.sched.registry import describe_scheduler, scheduler_names
-    for n in scheduler_names():
-        typer.echo(f"{n:18s} {describe_scheduler(n)}")
+    from agentrt.sched.registry import SCHEDULERS
+    for line in SCHEDULERS.listing(options):
+        typer.echo(line)
 
 
 @app.command()

@@ -74,6 +74,9 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     if not names:
         raise AgentrtError("--policies is empty")
     check_names(names)
+    from agentrt.options import split_set
+    set_, sched_items, router_items = split_set(set_)
+    router_set = list(router_set or []) + router_items      # --router-set is the alias of --set router.
     popts = parse_policy_options(set_, names)
     for name in names:
         if name in PBKV_PREDICTING and engine == "sim":
@@ -110,7 +113,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                         retain_hints=retain_hints, retain_budget=retain_budget,
                         cache_at="prefill" if cache_at is None else cache_at,
                         scheduler_options=scheduler_options(scheduler, max_wait, tenant_weights,
-                                                            max_hold, shared_chunk_tokens, prefix_hold))
+                                                            max_hold, shared_chunk_tokens, prefix_hold,
+                                                            sched_items))
     spec = BenchSpec(policies=names, trace=trace,
                      workload=(workload or defaults.RUN_WORKLOAD) if trace is None else None,
                      workflows=workflows, tool_scale=tool_scale, options=opts, json_path=json_path,
@@ -125,7 +129,7 @@ def router_options(items: list[str], replicas: int, router: str | None) -> dict:
     if not items:
         return {}
     if replicas < 2:
-        raise AgentrtError("--router-set needs --replicas 2 or more (it configures the router)")
+        raise AgentrtError("--router-set and --set router.OPTION need --replicas 2 or more (they configure the router)")
     from agentrt.cluster.registry import DEFAULT_ROUTER
     from agentrt.options import parse_router_options
     return parse_router_options(items, router or DEFAULT_ROUTER)     # an unknown router is refused there
