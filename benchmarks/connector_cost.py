@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
              for n in a.loads.split(",")]
     names = a.variants.split(",")
     variants = [variant(n) for n in names]
-    from agentrt.vllm.model import build_model, default_model_dir, model_info
+    from agentrt.local.model import build_model, default_model_dir, model_info
     from agentrt.vllm.plugin import vllm_version
     model = build_model(default_model_dir(a.model_size), a.model_size)
     log_dir = Path(a.log_dir or tempfile.mkdtemp(prefix="agentrt-connector-cost-"))

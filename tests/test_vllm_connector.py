@@ -17,7 +17,7 @@ import pytest
 
 from agentrt.cache.block import GPU
 from agentrt.vllm.config import ConnectorConfig, kv_transfer_config
-from agentrt.vllm.identity import identity_of, xargs_for
+from agentrt.wire.identity import identity_of, xargs_for
 from agentrt.vllm.mirror import Mirror, hash_int
 from vllm_support import connector_server, requires_vllm
 

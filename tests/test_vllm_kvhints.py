@@ -14,10 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentrt.vllm import kvhints, plugin
+from agentrt.vllm import plugin
+from agentrt.wire import kvhints
 from agentrt.vllm.eventlog import EventLog, read_events
-from agentrt.vllm.identity import identity_of, request_identity, xargs_for
-from agentrt.vllm.kvhints import HintCounts, agentrt_actions, envelope, parse
+from agentrt.wire.identity import identity_of, request_identity, xargs_for
+from agentrt.wire.kvhints import HintCounts, agentrt_actions, envelope, parse
 from vllm_support import requires_vllm
 
 

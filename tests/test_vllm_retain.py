@@ -1,6 +1,6 @@
 """The connector executing vLLM's standard KV hints: `kv.retain` and `vllm.set_priority`.
 
-Reading (`vllm/stdhints.py`: upstream's schemas and limits, every refusal counted), then vLLM's
+Reading (`wire/stdhints.py`: upstream's schemas and limits, every refusal counted), then vLLM's
 real `BlockPool` driven as its scheduler drives it (a retained prefix survives a burst that
 evicts it under stock vLLM's order; budget, refusals, deadlines), then a real vLLM server, fed
 `kv.retain` directly and through `agentrt serve` (slow).
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt.vllm.kvhints import HintCounts, parse
-from agentrt.vllm.stdhints import MAX_DIRECTIVES, check_client_envelope
+from agentrt.wire.kvhints import HintCounts, parse
+from agentrt.wire.stdhints import MAX_DIRECTIVES, check_client_envelope
 from vllm_support import connector_server, requires_vllm
 
 

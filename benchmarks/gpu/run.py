@@ -149,7 +149,7 @@ def step_vllm(dry: bool) -> dict:
 
 
 def step_model(out: Path) -> dict:
-    from agentrt.vllm.model import build_config_only
+    from agentrt.local.model import build_config_only
     d = build_config_only(out / "llama3.1-8b-shape")
     return {"status": "ok", "dir": str(d), **json.loads((d / "build_info.json").read_text())}
 

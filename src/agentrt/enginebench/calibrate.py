@@ -209,7 +209,7 @@ def model_spec(model_dir: str, dtype_bytes: int = 4) -> dict:
     """The served model's shape from its config.json (float32 on this CPU: 4 bytes a value)."""
     from pathlib import Path
 
-    from agentrt.vllm.model import model_info
+    from agentrt.local.model import model_info
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     heads = int(cfg["num_attention_heads"])
     return {"name": f"agentrt {model_info(model_dir)['size']} llama", "params": model_info(model_dir)["params"],
@@ -223,8 +223,8 @@ def calibrate_vllm(model_size: str = "tiny", vllm_blocks: int = 256, block_size:
                    command: str = "agentrt calibrate --engine vllm") -> dict:
     """Start a stock vLLM on the local model, measure it, and return the preset file's object."""
     from agentrt.engine.preset_file import FORMAT
-    from agentrt.vllm.launch import VLLMServer
-    from agentrt.vllm.model import build_model, default_model_dir, model_info
+    from agentrt.local.launch import VLLMServer
+    from agentrt.local.model import build_model, default_model_dir, model_info
     from agentrt.vllm.plugin import vllm_version
     model = str(build_model(default_model_dir(model_size), model_size))
     srv = VLLMServer(model, num_blocks=vllm_blocks, block_size=block_size, log_path=log_path,

@@ -6,7 +6,7 @@
   the simulator), `think_scale` scales think times (a live run takes real time).
 - Each call is one streamed `/v1/completions` request whose prompt is token ids (`render.py`),
   with `max_tokens` = the scaled output length, `ignore_eos` (a random model would stop early),
-  temperature 0, and the call's identity in `vllm_xargs` (`agentrt.vllm.identity`).
+  temperature 0, and the call's identity in `vllm_xargs` (`agentrt.wire.identity`).
 - Measured per call: TTFT (request sent -> first streamed token), end-to-end latency, prompt and
   cached tokens from the response's usage. Per workflow: first issue -> last finish.
 - Live answers: with the renderer's `live_outputs` each request asks for its generated token ids
@@ -33,8 +33,8 @@ from agentrt.engine.replay import WorkflowReplay
 from agentrt.engine.tool_hints import ToolHints
 from agentrt.enginebench.render import Renderer
 from agentrt.trace.schema import Call
-from agentrt.vllm.identity import xargs_for
-from agentrt.vllm.kvhints import agentrt_actions, envelope
+from agentrt.wire.identity import xargs_for
+from agentrt.wire.kvhints import agentrt_actions, envelope
 
 if TYPE_CHECKING:
     import httpx

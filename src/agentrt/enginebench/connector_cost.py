@@ -139,7 +139,7 @@ def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir:
              run: int, block_size: int = 32, profile_s: float = 0.0) -> dict:
     """One server for `v`, one client run; the client's summary plus the connector's counters
     (and, with `profile_s`, py-spy's breakdown of the engine core's time over that window)."""
-    from agentrt.vllm.launch import VLLMServer
+    from agentrt.local.launch import VLLMServer
     tag = f"{load.name}-{v.name}-{run}"
     srv = VLLMServer(model_dir, num_blocks=load.blocks, block_size=block_size, kv_connector=v.kv,
                      extra_env=v.env, log_path=str(log_dir / f"vllm-{tag}.log"), die_with_parent=True)

@@ -22,7 +22,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from agentrt.vllm.launch import free_port, start_process, stop_process
+from agentrt.local.launch import free_port, start_process, stop_process
 
 FLAGS = {"max_wait_s": "--max-wait", "max_hold_s": "--max-hold", "weights": "--tenant-weights"}
 

@@ -1,7 +1,7 @@
 """`agentrt bench --engine vllm`: replay one trace against a fresh vLLM server per policy.
 
 For each policy (`lru` always runs first as the baseline, unless `baseline` says otherwise) a server is started
-with the local model (`agentrt.vllm.model`, built once, no downloads), the agentrt connector
+with the local model (`agentrt.local.model`, built once, no downloads), the agentrt connector
 configured with the policy, and an exact KV pool (`vllm_blocks` x `block_size` tokens), so the
 pool is small enough to evict on purpose. The same calls (the trace's evaluation split, cut to
 `max_calls` whole workflows) are replayed closed loop (`client.py`), then the server is stopped.
@@ -122,7 +122,7 @@ def connector_shares(sched, on: bool = True) -> bool | dict | None:
 def plan_runs(policies: list[str], scheduler: str, baseline: str = "lru") -> list[tuple[str, str, str]]:
     """(label, policy, scheduler) per server, in order: the baseline (fcfs) first, then every
     policy under `scheduler`, labelled `POLICY+SCHEDULER` unless the scheduler is fcfs."""
-    from agentrt.vllm.priority import needs_priority
+    from agentrt.wire.priority import needs_priority
     gated = needs_priority(scheduler)
     first = {"lru": [("lru", "lru", "fcfs")], "stock": [(STOCK, STOCK, "fcfs")], "none": []}[baseline]
     if not gated and baseline == "lru" and "lru" in policies:
@@ -134,7 +134,7 @@ def plan_runs(policies: list[str], scheduler: str, baseline: str = "lru") -> lis
 def check_identities(calls: list[Call], path: str) -> None:
     """Refuse, before vLLM starts, a call whose tenant or ids the connector would drop (it would
     replay them as tenant `default` or without its workflow, and the results would look valid)."""
-    from agentrt.vllm.identity import refused_by_connector
+    from agentrt.wire.identity import refused_by_connector
     for c in calls:
         bad = refused_by_connector(c.workflow, c.agent, c.tenant)
         if bad is not None:
@@ -181,8 +181,8 @@ async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBench
 def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBenchOptions,
                      progress: ProgressFactory | None = None, log=print) -> dict:
     from agentrt.vllm.config import kv_transfer_config
-    from agentrt.vllm.launch import VLLMServer
-    from agentrt.vllm.model import build_model, default_model_dir, model_info
+    from agentrt.local.launch import VLLMServer
+    from agentrt.local.model import build_model, default_model_dir, model_info
 
     check_names(policies)
     skipped = [p for p in policies if p in BOUNDS]

@@ -34,7 +34,7 @@ from agentrt.serve.blocks import warmup_body
 from agentrt.serve.identity import Identity, forward_body
 from agentrt.serve.metrics import usage_tokens
 from agentrt.serve.view import ServerView
-from agentrt.vllm.priority import WARMUP_PRIORITY
+from agentrt.wire.priority import WARMUP_PRIORITY
 
 log = logging.getLogger("agentrt.serve")
 Post = Callable[[str, dict], Awaitable[tuple[int | str, dict | None]]]

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrt.vllm.kvhints import TENANT_RE  # noqa: F401 - the wire contract's one definition
+from agentrt.wire.kvhints import TENANT_RE  # noqa: F401 - the wire contract's one definition
 
 SECRET_ENV = "AGENTRT_CACHE_SALT_SECRET"
 

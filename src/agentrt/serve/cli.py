@@ -109,7 +109,7 @@ def serve(
                           gate_max_running=max_running)
     except ValueError as e:
         raise AgentrtError(str(e)) from None
-    from agentrt.vllm.priority import needs_priority
+    from agentrt.wire.priority import needs_priority
     if needs_priority(scheduler):
         typer.echo(f"scheduler {scheduler}: calls wait in the admission gate until vLLM has room; each "
                    "carries its vLLM priority (used to pick preemption victims when the upstream runs "

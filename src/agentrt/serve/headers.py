@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable
 
 from agentrt.serve.conventions import HEADERS as IDENTITY_HEADERS
-from agentrt.vllm.priority import PRIORITY_HEADER
+from agentrt.wire.priority import PRIORITY_HEADER
 
 ALWAYS = ("accept", "accept-encoding", "user-agent", "traceparent", "tracestate")
 NEVER = frozenset({

@@ -17,7 +17,7 @@ Sources, first found wins:
   key's and the header and metadata are ignored (`auth.py`).
 `metadata` values are strings, as OpenAI's `metadata` requires (`workflow_end` may also be a JSON
 boolean). Only the value that wins is checked: a printable string of at most `MAX_ID_CHARS`
-characters (the connector's limit, `vllm/kvhints.py`), tenants `TENANT_RE`; a bad one is a 400
+characters (the connector's limit, `wire/kvhints.py`), tenants `TENANT_RE`; a bad one is a 400
 naming the field, and so is a workflow key over the limit with its tenant's prefix.
 Every workflow is keyed by its tenant (`Identity.key`, `auth.tenant_scoped`), whatever convention
 named it: the runtime, the scheduler and the engine see `tenant/workflow` (the default tenant's
@@ -32,7 +32,7 @@ client's own `kv_hints` actions (only `kv.retain` and `vllm.set_priority`, check
 `agentrt_workflow` (the key), `agentrt_agent`, `agentrt_tenant`, `agentrt_end` ("true"/"false")
 and `agentrt_call` (the call's index in its workflow, as the server counts), merged over the
 client's own (which may not hold `agentrt_*` fields, and loses `session_id`: consumed above). The
-connector reads kv_hints first, the xargs are its fallback (src/agentrt/vllm/identity.py). The
+connector reads kv_hints first, the xargs are its fallback (src/agentrt/wire/identity.py). The
 envelope travels in `kv_transfer_params` because vLLM 0.32.0's OpenAI server has no `kv_hints`
 field; clients may not send `kv_transfer_params` (`validate.py`).
 """
@@ -48,8 +48,8 @@ from agentrt.runtime.floor import TOOL_PRIORITY
 from agentrt.serve import conventions
 from agentrt.serve.auth import tenant_scoped
 from agentrt.serve.validate import RequestError
-from agentrt.vllm import kvhints, stdhints
-from agentrt.vllm.kvhints import MAX_ID_CHARS, TENANT_RE
+from agentrt.wire import kvhints, stdhints
+from agentrt.wire.kvhints import MAX_ID_CHARS, TENANT_RE
 
 HEADERS = {"agent": "x-agent-id", "end": "x-workflow-end", "tenant": "x-tenant-id"}
 METADATA = {"agent": "agent_id", "end": "workflow_end", "tenant": "tenant_id"}

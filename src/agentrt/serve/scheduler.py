@@ -43,7 +43,7 @@ from dataclasses import replace
 from agentrt.runtime import events as ev
 from agentrt.serve.live_view import CHARS_PER_TOKEN
 from agentrt.serve.prompt_tree import PromptTree
-from agentrt.vllm.priority import INT64
+from agentrt.wire.priority import INT64
 
 
 class ServeScheduler:

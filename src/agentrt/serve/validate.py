@@ -19,7 +19,7 @@ Stricter than vLLM, because the server must stay up and consistent for every ten
   kv_hints envelope there), and `agentrt_*` keys in `vllm_xargs` (identity comes from headers or
   `metadata`; see identity.py);
 - a client's `kv_hints` (vLLM's hint envelope) may hold only the standard actions `kv.retain` and
-  `vllm.set_priority`, each within its schema (`vllm/stdhints.py`): agentrt's own actions could
+  `vllm.set_priority`, each within its schema (`wire/stdhints.py`): agentrt's own actions could
   name another tenant's workflow or claim a warm-up, and are the server's; anything else is a 400
   naming the action. The server forwards the actions in its own envelope.
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import orjson
 
-from agentrt.vllm.stdhints import check_client_envelope
+from agentrt.wire.stdhints import check_client_envelope
 
 JSON_TYPES = ("application/json",)
 SERVER_FIELDS = ("cache_salt", "kv_transfer_params")

@@ -57,8 +57,8 @@ from agentrt.vllm.eventlog import EventLog
 from agentrt.vllm.evictions import MirrorEvictions
 from agentrt.vllm.failsafe import FailSafe
 from agentrt.vllm.hosttier import HostTier, StepPlan
-from agentrt.vllm.identity import Identity, request_identity
-from agentrt.vllm.kvhints import HintCounts
+from agentrt.wire.identity import Identity, request_identity
+from agentrt.wire.kvhints import HintCounts
 from agentrt.vllm.mirror import Mirror, hash_int
 from agentrt.vllm.policy_setup import hosted_policy
 from agentrt.vllm.preemptions import Preemptions

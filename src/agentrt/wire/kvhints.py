@@ -39,7 +39,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 
-from agentrt.vllm import stdhints
+from agentrt.wire import stdhints
 
 PROTOCOL_VERSION = "0.1"        # what agentrt emits; any short string is read
 ACTION_VERSION = "1.0"          # what agentrt emits for each of its types
