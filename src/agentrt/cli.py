@@ -50,10 +50,25 @@ def _progress(quiet: bool) -> Progress:
 
 
 def _factory(prog: Progress):
-    def factory(name: str, total: int):
-        task = prog.add_task(name, total=total)
-        return lambda n: prog.advance(task, n)
-    return factory
+    """Progress per replay: a bar on a terminal; when stderr is not one (piped, a log file), one
+    line as each replay starts and one with its time as it ends, so long runs are never silent."""
+    if prog.disable or err.is_terminal:
+        def factory(name: str, total: int):
+            task = prog.add_task(name, total=total)
+            return lambda n: prog.advance(task, n)
+        return factory
+    import time
+
+    def lines(name: str, total: int):
+        t0, seen = time.monotonic(), [0]
+        err.print(f"{name}: replaying {total:,} calls", highlight=False)
+
+        def advance(n: int) -> None:
+            seen[0] += n
+            if seen[0] >= total:
+                err.print(f"{name}: done in {time.monotonic() - t0:,.0f} s", highlight=False)
+        return advance
+    return lines
 
 
 @app.command()
