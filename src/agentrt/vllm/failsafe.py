@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-log = logging.getLogger("agentrt.vllm")
+log = logging.getLogger("vllm.agentrt")   # under vLLM's logger: its handler and level
 
 
 class InjectedFault(RuntimeError):

@@ -66,7 +66,7 @@ from agentrt.vllm.reorder import QueueOrderer, Stopwatch
 from agentrt.vllm.runtime_stats import RuntimeStats
 from agentrt.vllm.tenants import with_tenant_shares
 
-log = logging.getLogger("agentrt.vllm")
+log = logging.getLogger("vllm.agentrt")   # under vLLM's logger: its handler and level
 
 
 class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):

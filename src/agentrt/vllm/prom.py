@@ -29,7 +29,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     KVConnectorStats,
 )
 
-log = logging.getLogger("agentrt.vllm")
+log = logging.getLogger("vllm.agentrt")   # under vLLM's logger: its handler and level
 PREFIX = "agentrt_connector_"
 COUNTERS, GAUGES = "counters", "gauges"
 HINT_REASONS = ("foreign", "unknown_type", "unknown_version", "malformed", "duplicate", "bad_fields")

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 
-log = logging.getLogger("agentrt.vllm")
+log = logging.getLogger("vllm.agentrt")   # under vLLM's logger: its handler and level
 
 
 def block_dim(shape, num_blocks: int) -> int:
