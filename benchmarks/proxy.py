@@ -20,6 +20,10 @@ Measured, each for `--seconds`:
 For serve it also prints its CPU time per request (user and system, from /proc).
 
     python benchmarks/proxy.py [--seconds 5] [--concurrency 64] [--delay-ms 14] [--policy cachesage]
+
+`--hostile` measures instead normal calls of one tenant beside a hostile mix of other clients
+(slow clients, huge headers, a tenant inventing agent ids, another streaming): see
+`proxy_hostile.py`.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class _Upstream(asyncio.Protocol):
             head, sep, rest = self.buf.partition(b"\r\n\r\n")
             if not sep:
                 return
-            n, delay = 0, 0.0
+            n, delay, stream_s = 0, 0.0, 0.0
             for line in head.split(b"\r\n")[1:]:
                 k, _, v = line.partition(b":")
                 k = k.strip().lower()
@@ -61,9 +65,15 @@ class _Upstream(asyncio.Protocol):
                     n = int(v)
                 elif k == b"x-delay-ms":
                     delay = float(v) / 1000
+                elif k == b"x-stream-s":
+                    stream_s = float(v)
             if len(rest) < n:
                 return
             self.buf = rest[n:]
+            if stream_s:
+                self._send(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+                self._event(time.monotonic() + stream_s)
+                continue
             status = b"404 Not Found" if head.startswith(b"GET") else b"200 OK"
             out = (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\ncontent-length: "
                    + str(len(ANSWER)).encode() + b"\r\n\r\n" + ANSWER)
@@ -75,6 +85,14 @@ class _Upstream(asyncio.Protocol):
     def _send(self, out):
         if not self.t.is_closing():
             self.t.write(out)
+
+    def _event(self, until: float) -> None:
+        """One SSE event every 0.1 s until `until`, then the end of the stream."""
+        if time.monotonic() >= until:
+            return self._send(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+        ev = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+        self._send(b"%x\r\n%s\r\n" % (len(ev), ev))
+        asyncio.get_running_loop().call_later(0.1, self._event, until)
 
 
 def run_upstream(port: int) -> None:
@@ -96,10 +114,11 @@ def _bodies() -> list[bytes]:
     return out
 
 
-def _request(bodies: list[bytes], port: int, worker: int, n: int, delay_ms: float) -> bytes:
+def _request(bodies: list[bytes], port: int, worker: int, n: int, delay_ms: float, tenant: str = "") -> bytes:
     """The n-th request of one connection: workflows of 5 calls, one after the other."""
     body = bodies[n % len(bodies)]
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+            + (f"x-tenant-id: {tenant}\r\n" if tenant else "") +
             f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
             f"x-agent-id: agent-{n % 4}\r\nx-workflow-id: wf-{worker}-{n // 5}\r\n"
             f"x-workflow-end: {'true' if n % 5 == 4 else 'false'}\r\nx-delay-ms: {delay_ms}\r\n\r\n")
@@ -107,57 +126,83 @@ def _request(bodies: list[bytes], port: int, worker: int, n: int, delay_ms: floa
 
 
 async def _worker(port: int, bodies: list[bytes], stop: float, lat: list[float], k: int,
-                  delay_ms: float) -> None:
+                  delay_ms: float, errors: list | None = None, tenant: str = "") -> None:
+    """A closed loop of calls on one keep-alive connection. With `errors`, a failed call (not
+    200, or the connection lost) is recorded there and the loop goes on (on a new connection);
+    without, it raises."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     n = 0
     try:
         while time.perf_counter() < stop:
-            req = _request(bodies, port, k, n, delay_ms)
+            req = _request(bodies, port, k, n, delay_ms, tenant)
             t0 = time.perf_counter()
-            writer.write(req)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            chunked = False
-            for line in head.split(b"\r\n"):
-                low = line.lower()
-                if low.startswith(b"content-length:"):
-                    length = int(line.split(b":", 1)[1])
-                elif low.startswith(b"transfer-encoding:") and b"chunked" in low:
-                    chunked = True
-            if chunked:
-                while True:
-                    size = int((await reader.readuntil(b"\r\n")).strip(), 16)
-                    await reader.readexactly(size + 2)
-                    if size == 0:
-                        break
+            try:
+                ok = await _exchange(reader, writer, req)
+            except (OSError, asyncio.IncompleteReadError, ValueError):
+                if errors is None:
+                    raise
+                ok = False
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            if not ok:
+                if errors is None:
+                    raise RuntimeError("a call failed")
+                errors.append(time.perf_counter() - t0)
             else:
-                await reader.readexactly(length)
-            if not head.startswith(b"HTTP/1.1 200"):
-                raise RuntimeError(head.decode(errors="replace"))
-            lat.append(time.perf_counter() - t0)
+                lat.append(time.perf_counter() - t0)
             n += 1
     finally:
         writer.close()
 
 
+async def _exchange(reader, writer, req: bytes) -> bool:
+    """Send one request, read its whole answer; whether it was a 200."""
+    writer.write(req)
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    chunked = False
+    for line in head.split(b"\r\n"):
+        low = line.lower()
+        if low.startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+        elif low.startswith(b"transfer-encoding:") and b"chunked" in low:
+            chunked = True
+    if chunked:
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    else:
+        await reader.readexactly(length)
+    return head.startswith(b"HTTP/1.1 200")
+
+
 _RUN = [0]
 
 
-async def _load(port: int, concurrency: int, seconds: float, delay_ms: float) -> dict:
+async def _load(port: int, concurrency: int, seconds: float, delay_ms: float, tenant: str = "",
+                count_errors: bool = False) -> dict:
+    """A half-second warm-up, then `seconds` of closed-loop calls; with `count_errors` failed
+    calls are counted (`errors`) instead of stopping the run."""
     bodies = _bodies()
+    errors: list | None = [] if count_errors else None
     warm: list[float] = []
     _RUN[0] += 1
     base = _RUN[0] * 10_000                 # fresh workflow ids for every run
-    await asyncio.gather(*(_worker(port, bodies, time.perf_counter() + 0.5, warm, base + k, delay_ms)
-                           for k in range(concurrency)))
+    await asyncio.gather(*(_worker(port, bodies, time.perf_counter() + 0.5, warm, base + k, delay_ms,
+                                   errors, tenant) for k in range(concurrency)))
     lat: list[float] = []
+    if errors is not None:
+        errors.clear()
     t0 = time.perf_counter()
-    await asyncio.gather(*(_worker(port, bodies, t0 + seconds, lat, base + 5000 + k, delay_ms)
+    await asyncio.gather(*(_worker(port, bodies, t0 + seconds, lat, base + 5000 + k, delay_ms, errors, tenant)
                            for k in range(concurrency)))
     wall = time.perf_counter() - t0
     lat.sort()
     q = statistics.quantiles(lat, n=100)
-    return {"n": len(lat), "rps": len(lat) / wall, "p50_ms": q[49] * 1e3, "p99_ms": q[98] * 1e3}
+    return {"n": len(lat), "rps": len(lat) / wall, "p50_ms": q[49] * 1e3, "p99_ms": q[98] * 1e3,
+            "errors": len(errors or ())}
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
@@ -211,10 +256,16 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--delay-ms", type=float, default=14.0)
     ap.add_argument("--policy", default="cachesage")
+    ap.add_argument("--hostile", action="store_true", help="normal calls beside the hostile mix (proxy_hostile.py)")
+    ap.add_argument("--nofile", type=int, default=256, help="--hostile: serve's open-file limit")
     ap.add_argument("--fake-upstream", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--hostile-clients", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.fake_upstream:
         return run_upstream(a.fake_upstream)
+    if a.hostile or a.hostile_clients:
+        import proxy_hostile
+        return proxy_hostile.main(a)
     ncpu = os.cpu_count() or 1
     if hasattr(os, "sched_setaffinity") and ncpu > 1:
         os.sched_setaffinity(0, set(range(1, ncpu)))       # the load generator: off serve's core
@@ -225,7 +276,8 @@ def main() -> None:
         wait_port(up_port, up, "fake upstream")
         srv = subprocess.Popen([sys.executable, "-m", "agentrt.serve", "--upstream", f"http://127.0.0.1:{up_port}",
                                 "--policy", a.policy, "--port", str(serve_port), "--log-level", "warning",
-                                "--kv-capacity-tokens", "1000000"], **pinned(0))
+                                "--kv-capacity-tokens", "1000000", "--forward-header", "x-delay-ms"],
+                               **pinned(0))
         wait_port(serve_port, srv, "agentrt serve")
         rows = []
         for label, delay in (("throughput", 0.0), ("latency", a.delay_ms)):

@@ -126,7 +126,7 @@ def stream(srv, round_: int) -> None:
 
 def run_server(policy: str, scenario: str, rounds: int, model: str, tmp: Path) -> dict:
     from agentrt.vllm.config import kv_transfer_config
-    from agentrt.vllm.launch import VLLMServer
+    from agentrt.local.launch import VLLMServer
     elog = tmp / f"{policy}-{scenario}.jsonl"
     kv = kv_transfer_config(policy, event_log=str(elog))
     srv = VLLMServer(model, num_blocks=BLOCKS, kv_connector=kv,
@@ -189,7 +189,7 @@ def main() -> None:
     a = ap.parse_args()
     doc = json.loads(OUT.read_text()) if OUT.exists() else {}
     if not a.docs_only:
-        from agentrt.vllm.model import build_model, default_model_dir
+        from agentrt.local.model import build_model, default_model_dir
         model = str(build_model(default_model_dir("tiny"), "tiny"))
         doc.update(burst=BURST, prompt=PROMPT, output=OUTPUT, blocks=BLOCKS, rounds=a.rounds,
                    long=[LONG_PROMPT, LONG_OUTPUT],

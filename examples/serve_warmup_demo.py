@@ -81,11 +81,12 @@ def start_server(upstream: str, policy: str):
     import uvicorn
 
     from agentrt.serve.app import ServeConfig, create_app
+    from agentrt.serve.server import uvicorn_config
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(ServeConfig(upstream, policy, act_interval_s=0.1)),
-                                           host="127.0.0.1", port=port, log_level="warning"))
+    app = create_app(ServeConfig(upstream, policy, act_interval_s=0.1))
+    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", port, "warning"))
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.05)

@@ -1,10 +1,12 @@
 """A real HTTP upstream standing in for vLLM, with faults on request, and `agentrt serve` under
 uvicorn in a thread: shared by test_serve_tenancy.py and test_serve_faults.py.
 
-The upstream's behaviour is chosen per request by the `X-Fake` header (serve forwards it):
+The upstream's behaviour is chosen per request by the `X-Fake` header (serve, as `start_serve`
+starts it, forwards `X-Fake` and `X-Hang`):
 json (default), stream, break (two SSE events, then the connection is cut), gzip-stream,
 gzip-json, hang (sleep `X-Hang` seconds before answering), stream-hang (one event, then sleep);
 or a name in `answers` (name -> (JSON answer, SSE stream), chosen by the body's `stream`).
+`GET /metrics` answers `metrics` (a vLLM exposition the test sets, `vllm_metrics`) when set.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class FakeUpstream:
         self.answers: dict[str, tuple[bytes, bytes]] = {}
         self.stopping = threading.Event()    # wakes handlers told to hang, so close() can join them
         self.connections: set[socket.socket] = set()   # open client connections (keep-alive)
+        self.metrics: str | None = None                 # GET /metrics answers this when set
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -67,6 +70,8 @@ class FakeUpstream:
                 super().finish()
 
             def do_GET(self):
+                if self.path == "/metrics" and outer.metrics is not None:
+                    return self._send(200, outer.metrics.encode(), "text/plain; version=0.0.4")
                 self._send(404, b'{"error": "no"}', "application/json")
 
             def _send(self, status, data, ctype, extra=()):
@@ -148,12 +153,26 @@ class FakeUpstream:
         self.server.server_close()    # joins every handler thread
 
 
+def vllm_metrics(running: int = 0, waiting: int = 0, usage: float = 0.0, blocks: int = 0,
+                 block_size: int = 32) -> str:
+    """A vLLM /metrics exposition with the gauges the admission gate reads (one engine)."""
+    lab = 'engine="0",model_name="m"'
+    text = (f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{{lab}}} {float(running)}\n"
+            f"vllm:num_requests_waiting{{{lab}}} {float(waiting)}\n"
+            f"vllm:kv_cache_usage_perc{{{lab}}} {float(usage)}\n")
+    if blocks:
+        text += (f'vllm:cache_config_info{{block_size="{block_size}",num_gpu_blocks="{blocks}",'
+                 f'engine="0"}} 1.0\n')
+    return text
+
+
 def start_serve(upstream_url: str, policy: str = "lru", **kw):
     """`agentrt serve` on 127.0.0.1 under uvicorn in a thread (real sockets, real disconnects)."""
     from agentrt.serve.app import ServeConfig, create_app
     from test_serve import ThreadServer
     kw.setdefault("kv_capacity_tokens", 100_000)
     kw.setdefault("act_interval_s", 60)
+    kw.setdefault("forward_headers", ("x-fake", "x-hang"))     # the fakes' fault switches
     return ThreadServer(create_app(ServeConfig(upstream_url, policy, **kw))).start()
 
 

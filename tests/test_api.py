@@ -85,7 +85,7 @@ def test_trace_file_and_sweep(tmp_path, res):
     (dict(trace_or_workload="coding", gpu_blocks=0), "gpu_blocks"),
     (dict(trace_or_workload="coding", policy_options={"ttl": {}}), "not among the policies"),
     (dict(trace_or_workload="coding", scheduler="nope"), "unknown scheduler"),
-    (dict(trace_or_workload="coding", replicas=0), "replicas must be an integer >= 1"),
+    (dict(trace_or_workload="coding", replicas=0), "replicas must be an integer from 1 to 1,024"),
     (dict(trace_or_workload="coding", cache_at="never"), "cache_at must be one of prefill, schedule, got 'never'"),
     (dict(trace_or_workload="coding", replicas=2, router="nope"), "unknown router 'nope'"),
 ])

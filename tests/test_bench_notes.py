@@ -89,3 +89,17 @@ def test_a_predictor_that_knows_none_of_the_agents_is_a_warning(tmp_path):
     assert "knows none of the agents" in p.stderr and "coder, locator, planner, tester" in p.stderr
     p = bench("--trace", str(swe), "--predictor", str(model), "--policies", "lru,pbkv-he", "--gpu-blocks", "300")
     assert "knows none" not in p.stderr
+
+
+def test_a_run_where_every_policy_ties_says_why():
+    p = bench("--workload", "team", "--workflows", "12", "--policies", "lru,pbkv-lae")
+    assert "every policy ties: at 25,720 GPU blocks" in flat(p.stdout)
+    assert "--gpu-blocks" in flat(p.stdout)
+    q = bench("--workload", "team", "--workflows", "24", "--gpu-blocks", "400", "--policies", "lru,pbkv-lae")
+    assert "every policy ties" not in flat(q.stdout)
+
+
+def test_fair_on_one_tenant_says_so():
+    p = bench("--workload", "team", "--workflows", "8", "--gpu-blocks", "600", "--policies", "lru",
+              "--scheduler", "fair")
+    assert "one tenant: the fair scheduler" in flat(p.stdout)

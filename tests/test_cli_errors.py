@@ -69,7 +69,8 @@ def test_parser_errors_are_one_line(monkeypatch, capsys, args, msg):
 def bad_values(tmp):
     d = str(tmp)
     return [
-        (["bench", "--workflows", "0"], "--workflows must be > 0, got 0"),
+        (["bench", "--workflows", "0"], "--workflows must be from 1 to 1,000,000 (a generated workload is held in memory), got 0"),
+        (["bench", "--workflows", "100000000"], "--workflows must be from 1 to 1,000,000"),
         (["bench", "--concurrency", "0"], "--concurrency must be > 0, got 0"),
         (["bench", "--seed", "-1"], "--seed must be >= 0, got -1"),
         (["bench", "--gpu-blocks", "-5"], "--gpu-blocks must be > 0"),
@@ -109,7 +110,7 @@ def test_other_commands_check_their_values_and_paths(monkeypatch, capsys, tmp_pa
     d, f = str(tmp_path), str(tmp_path / "t.jsonl")
     cases = [
         (["generate", "mix", "-o", f, "--block-size", "0"], "--block-size must be in 1..1,048,576 (what a trace holds), got 0"),
-        (["generate", "mix", "-o", f, "--workflows", "0"], "--workflows must be > 0"),
+        (["generate", "mix", "-o", f, "--workflows", "0"], "--workflows must be from 1 to 1,000,000"),
         (["generate", "random", "-o", f, "--seed", "-1"], "--seed must be >= 0, got -1"),
         (["train", "--workload", "mix", "-o", f, "--seed", "-1"], "--seed must be >= 0, got -1"),
         (["generate", "mix", "-o", f, "--tool-scale", "0"], "--tool-scale must be > 0"),

@@ -56,12 +56,14 @@ def test_one_replica_is_the_plain_bench(tmp_path):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--replicas", "0"], "--replicas must be an integer >= 1"),
+    (["--replicas", "0"], "--replicas must be an integer from 1 to 1,024"),
+    (["--replicas", "100000"], "--replicas must be an integer from 1 to 1,024, got 100000"),
     (["--replicas", "2", "--router", "nope"], "unknown router 'nope'"),
     (["--replicas", "2", "--engine", "vllm"], "for the simulator"),
     (["--replicas", "2", "--router-set", "nope=1"], "router 'agent' has no option 'nope'; it has: max_workflows"),
     (["--replicas", "2", "--router-set", "spread"], "expected OPTION=VALUE"),
-    (["--router-set", "spread=true"], "--router-set needs --replicas 2 or more"),
+    (["--router-set", "spread=true"], "--router-set and --set router.OPTION need --replicas 2 or more"),
+    (["--set", "router.spread=true"], "--router-set and --set router.OPTION need --replicas 2 or more"),
     (["--replicas", "2", "--router", "prefix", "--router-set", "imbalance_rel=0.5"],
      "bad option for router 'prefix': imbalance_abs must be >= 0 and imbalance_rel >= 1"),
 ])

@@ -72,13 +72,13 @@ def test_connector_with_lru_costs_about_nothing_against_stock(tiny_model, tmp_pa
     """Stock vLLM and the connector with `lru` on the same loaded replay, with vLLM's client; the
     pair is run twice (stock, lru, stock, lru) and the medians compared."""
     trace = TimedTrace(str(MOONCAKE_CONV), num_prompts=80, sec_multiplier=0.0005, chunk=16)
-    load = Load("loaded", 0.0005, 200)
+    load = Load("loaded", 0.0005, 200, 80)
     runs: dict[str, list] = {"stock": [], "lru": []}
     for i in range(2):
         for v in (Variant("stock"), variant("lru")):
             runs[v.name].append(run_once(v, load, trace, tiny_model, tmp_path, i))
     for rs in runs.values():
-        assert all(r["completed"] == 80 and not r["failed"] for r in rs)
+        assert all(r["completed"] == 80 and not r["failed"] for r in rs), rs
     assert all(r["connector"]["steps"] > 0 and r["connector"]["hook_s"] > 0 for r in runs["lru"])
     vs = versus_stock({k: summarize(v) for k, v in runs.items()})["lru"]
     assert loss(vs) <= MARGIN, (vs, runs)

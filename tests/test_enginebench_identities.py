@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from agentrt.vllm.identity import refused_by_connector
+from agentrt.wire.identity import refused_by_connector
 
 
 @pytest.mark.parametrize("line,field", [

@@ -91,7 +91,7 @@ def test_a_predictor_from_another_application_gives_way_to_online_forecasts():
         call(rt, cache, "live", "b", [1], 100.0, 101.0)
         call(rt, cache, "live", "a", [2], 102.0, 103.0)
         p.score(next(iter(cache.peek_victims(1))))
-        values[online] = rt.workflows["live"].threads["b"].value
+        values[online] = rt.workflows[("default", "live")].threads["b"].value
         if online:
             assert p.judge.prefers_online("default", "a")
             tr, on, n = p.judge.losses("default", "a")

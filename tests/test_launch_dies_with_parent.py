@@ -1,5 +1,5 @@
 """`VLLMServer(die_with_parent=True)`: the server and its children end when the process that
-started it is killed (`agentrt.vllm.supervise`). Exercised with a stand-in server that, as vLLM
+started it is killed (`agentrt.local.supervise`). Exercised with a stand-in server that, as vLLM
 does while its engine starts, ignores SIGTERM and has a child of its own; no vLLM needed."""
 
 import os
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from agentrt.vllm import launch
+from agentrt.local import launch
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the children")
 
@@ -19,7 +19,7 @@ SERVER = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, s
           "print(c.pid, flush=True); time.sleep(120)")
 STARTER = """
 import os, subprocess, sys, time
-sup = subprocess.Popen([sys.executable, "-m", "agentrt.vllm.supervise", str(os.getpid()), "1", "-c", sys.argv[1]],
+sup = subprocess.Popen([sys.executable, "-m", "agentrt.local.supervise", str(os.getpid()), "1", "-c", sys.argv[1]],
                        start_new_session=True)
 print(sup.pid, flush=True)
 time.sleep(120)
@@ -29,7 +29,7 @@ time.sleep(120)
 THREAD_STARTER = """
 import os, subprocess, sys, threading, time
 def start():
-    sup = subprocess.Popen([sys.executable, "-m", "agentrt.vllm.supervise", str(os.getpid()), "1", "-c", sys.argv[1]],
+    sup = subprocess.Popen([sys.executable, "-m", "agentrt.local.supervise", str(os.getpid()), "1", "-c", sys.argv[1]],
                            start_new_session=True)
     print(sup.pid, flush=True)
     time.sleep(1.0)
@@ -96,13 +96,13 @@ def test_the_server_and_its_children_end_when_the_starter_is_killed(starter_code
 
 
 def test_a_stopped_server_exits_with_its_own_status_through_the_supervisor():
-    got = subprocess.run([sys.executable, "-m", "agentrt.vllm.supervise", str(os.getpid()), "5", "-c",
+    got = subprocess.run([sys.executable, "-m", "agentrt.local.supervise", str(os.getpid()), "5", "-c",
                           "import sys; sys.exit(3)"], capture_output=True, text=True, timeout=60)
     assert got.returncode == 3
 
 
 def test_the_supervisor_refuses_to_start_when_its_starter_is_already_gone():
-    got = subprocess.run([sys.executable, "-m", "agentrt.vllm.supervise", "1", "5", "-c", "print('started')"],
+    got = subprocess.run([sys.executable, "-m", "agentrt.local.supervise", "1", "5", "-c", "print('started')"],
                          capture_output=True, text=True, timeout=60)
     assert got.returncode == 1 and "started" not in got.stdout
     assert "is gone" in got.stderr

@@ -47,6 +47,9 @@ def test_torch_geometric_is_an_extra_only():
 
 @pytest.fixture
 def no_gnn(monkeypatch):
+    # submodules an earlier test imported would be found in sys.modules without their package
+    for name in [m for m in sys.modules if m == "torch_geometric" or m.startswith("torch_geometric.")]:
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "torch_geometric", None)
     monkeypatch.delitem(sys.modules, "agentrt.predict.neural", raising=False)
     monkeypatch.delattr(agentrt.predict, "neural", raising=False)

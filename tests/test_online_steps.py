@@ -101,7 +101,7 @@ def test_without_a_predictor_pbkv_ta_forecasts_online():
         call(rt, cache, "live", "b", [1], 20.0, 21.0)
         call(rt, cache, "live", "a", [2], 22.0, 23.0)
         p.score(next(iter(cache.peek_victims(1))))     # refresh
-        wf = rt.workflows["live"]
+        wf = rt.workflows[("default", "live")]
         values[online] = (wf.threads["a"].value, wf.threads["b"].value)
     assert values[False] == (0.0, 0.0)
     a, b = values[True]
@@ -117,7 +117,7 @@ def test_with_a_predictor_that_knows_the_agent_the_online_model_changes_nothing(
         call(rt, cache, "live", "a", [1], 20.0, 21.0)
         out[online] = [b.hash for b in cache.peek_victims(6)]
         p.score(next(iter(cache.peek_victims(1))))
-        out[online].append(rt.workflows["live"].threads["a"].value)
+        out[online].append(rt.workflows[("default", "live")].threads["a"].value)
     assert out[False] == out[True]
 
 
@@ -132,7 +132,7 @@ def test_an_agent_the_predictor_never_saw_is_forecast_online():
         call(rt, cache, "live", "b", [1], 20.0, 21.0)
         call(rt, cache, "live", "a", [2], 22.0, 23.0)
         p.score(next(iter(cache.peek_victims(1))))
-        values[online] = rt.workflows["live"].threads["b"].value
+        values[online] = rt.workflows[("default", "live")].threads["b"].value
     assert values[False] == 0.0
     assert values[True] > 0.0
 

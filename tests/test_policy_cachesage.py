@@ -53,7 +53,7 @@ def test_survival_follows_learned_transitions():
     assert p.survival("default", "code") == 1.0        # plan -> code always
     assert p.survival("default", "test") == 1.0        # two hops away, within lookahead 3
     assert p.survival("default", "plan") == 0.0        # never follows itself here
-    pred = p.predict(2)["live"]
+    pred = p.predict(2)[("default", "live")]
     assert pred.steps[0] == {"code": 1.0} and pred.steps[1] == {"test": 1.0}
 
 

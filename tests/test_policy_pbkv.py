@@ -50,7 +50,7 @@ def test_he_ranks_active_blocks_by_lookahead_score():
     call(rt, cache, 3, "old", "a", [3], 2.0)
     rt.observe(ev.WorkflowEnded(3.0, "old", "default"))
     assert [b.hash for b in cache.peek_victims(3)] == [3, 2, 1]
-    th_a = rt.workflows["w"].threads["a"]
+    th_a = rt.workflows[("default", "w")].threads["a"]
     assert th_a.value == pytest.approx(0.7 + 0.5 * 0.7)      # sum_k gamma^(k-1) P^(k)
 
 
@@ -72,7 +72,7 @@ def test_full_noise_changes_scores_deterministically():
         rt, cache = setup(p)
         call(rt, cache, 1, "w", "a", [1], 0.0)
         p.score(cache.peek_victims(1)[0])
-        return rt.workflows["w"].threads["a"].value
+        return rt.workflows[("default", "w")].threads["a"].value
     assert values(0.0, 0) == pytest.approx(0.7 + 0.8 * 0.7)
     assert values(1.0, 0) == values(1.0, 0) != values(0.0, 0)
 

@@ -86,10 +86,11 @@ def test_an_announced_tool_time_holds_until_it_is_overdue():
     from types import SimpleNamespace
     from agentrt.policies.timing import AgentTimes
     t = AgentTimes()
-    info = SimpleNamespace(rid=1, workflow="w", agent="a", tenant="default")
+    info = SimpleNamespace(rid=1, workflow="w", agent="a", tenant="default", key=("default", "w"))
     t.arrived(0.0, info)
     t.finished(1.0, info, True, 5.0)
-    wf = SimpleNamespace(id="w", running=False, tenant="default", path=["a"], last_seen=0.0)
+    wf = SimpleNamespace(id="w", key=("default", "w"), running=False, tenant="default", path=["a"],
+                         last_seen=0.0)
     assert t.next_start(wf, 2.0, 0.0, 10.0) == pytest.approx(6.0)    # announced: back at 1 + 5
     # overdue: the learned gaps (none yet: the default 10 s) given the 7 s waited
     assert t.next_start(wf, 8.0, 0.0, 10.0) == pytest.approx(8.0 + 10.0)
@@ -111,7 +112,7 @@ def test_time_aware_values_follow_expected_time_to_next_use():
     call(rt, cache, "w", "a", [1], 0.0, 1.0)
     call(rt, cache, "w", "b", [2], 2.0, 3.0)
     p._refresh()
-    ta, tb = rt.workflows["w"].threads["a"].value, rt.workflows["w"].threads["b"].value
+    ta, tb = rt.workflows[("default", "w")].threads["a"].value, rt.workflows[("default", "w")].threads["b"].value
     assert ta > tb > 0.0
 
 

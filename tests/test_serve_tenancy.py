@@ -97,16 +97,16 @@ def test_no_cross_tenant_workflow_effects(secured, up):
     assert httpx.post(secured.url + "/v1/chat/completions", json=chat(), headers=h_a).status_code == 200
     assert httpx.post(secured.url + "/v1/chat/completions", json=chat(), headers=h_b).status_code == 200
     wfs = secured.app.state.bridge.runtime.workflows
-    assert "team-a/run-42" in wfs and "team-b/run-42" not in wfs       # B ended only its own
+    assert ("team-a", "team-a/run-42") in wfs and ("team-b", "team-b/run-42") not in wfs   # B ended its own
     sent = [b for _, b, _ in up.requests]
     assert [b["vllm_xargs"]["agentrt_workflow"] for b in sent] == ["team-a/run-42", "team-b/run-42"]
     assert [b["session_id"] for b in sent] == ["team-a/run-42", "team-b/run-42"]
     assert sent[1]["vllm_xargs"]["agentrt_call"] == 0                  # B's call count is its own
     # B cannot end A's workflow through the route either: a tenant key ends its own workflows only
     r = httpx.post(secured.url + "/agentrt/workflows/run-42/end?tenant=team-a", headers=bearer(KEY_B))
-    assert r.status_code == 200 and r.json()["tenant"] == "team-b" and "team-a/run-42" in wfs
+    assert r.status_code == 200 and r.json()["tenant"] == "team-b" and ("team-a", "team-a/run-42") in wfs
     r = httpx.post(secured.url + "/agentrt/workflows/run-42/end?tenant=team-a", headers=bearer(ADMIN))
-    assert r.status_code == 200 and "team-a/run-42" not in wfs
+    assert r.status_code == 200 and ("team-a", "team-a/run-42") not in wfs
 
 
 def test_keys_and_admin_routes(secured, up):

@@ -17,7 +17,7 @@ import pytest
 
 from agentrt.cache.block import GPU
 from agentrt.vllm.config import ConnectorConfig, kv_transfer_config
-from agentrt.vllm.identity import identity_of, xargs_for
+from agentrt.wire.identity import identity_of, xargs_for
 from agentrt.vllm.mirror import Mirror, hash_int
 from vllm_support import connector_server, requires_vllm
 
@@ -117,15 +117,15 @@ class PoolHarness:
             self.h.fail(fn.__name__, e)
             return default
 
-    def call(self, hashes: list[bytes], xargs: dict | None = None) -> int:
+    def call(self, hashes: list[bytes], xargs: dict | None = None, transfer: dict | None = None) -> int:
         """One request through schedule, worker copies, forward and finish. Returns the blocks
-        it found cached (on the GPU or, loaded, from the host)."""
+        it found cached (on the GPU or, loaded, from the host). `transfer`: its kv_transfer_params."""
         from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
         pool = self.pool
         self.n += 1
         req = SimpleNamespace(request_id=f"r{self.n}", session_id=None, block_hashes=hashes,
                               num_prompt_tokens=len(hashes) * BS + 1, num_tokens=len(hashes) * BS + 1,
-                              max_tokens=1, status="done",
+                              max_tokens=1, status="done", kv_transfer_params=transfer,
                               sampling_params=SimpleNamespace(extra_args=xargs or {}))
         self._g(self.h.arrived, req)
         hit = []
@@ -313,7 +313,8 @@ def test_pool_prefetch_loads_a_host_path_into_free_blocks():
     from agentrt.vllm import act
     ph, live, node = _live_prefix_on_host()
     assert act.EngineView.host_blocks_on_path(node) > 0
-    n = act.prefetch(ph.h, Prefetch("default", node, 16, evict_below=10**9))
+    # the bound in the hosted policy's key space (policies' acts are translated by its wrappers)
+    n = act.prefetch(ph.h, Prefetch("default", node, 16, evict_below=ph.h.policy.bound(10**9)))
     plan = ph.h.end_step()
     ph.buffers.save(plan.saves)
     ph.buffers.load(plan.loads)
@@ -346,7 +347,7 @@ def test_a_failure_during_a_prefetch_gives_every_block_back_to_the_pool():
         raise RuntimeError("policy failed")
 
     ph.h.runtime.policy.observe = boom
-    ph._g(act.prefetch, ph.h, Prefetch("default", node, 16, evict_below=10**9))
+    ph._g(act.prefetch, ph.h, Prefetch("default", node, 16, evict_below=ph.h.policy.bound(10**9)))
     assert ph.h.failed
     assert ph.pool.get_num_free_blocks() == free
     assert all(b.ref_cnt == 0 for b in ph.pool.blocks[1:])
@@ -380,11 +381,14 @@ def test_epoch_re_ranks_are_spaced_to_a_tenth_of_the_time():
     o = ph.h.orderer
     now = [0.0]
     o.clock = lambda: now[0]
-    ph.h.runtime.policy.epoch += 1
+    policy = ph.h.runtime.policy
+    while hasattr(policy, "inner"):          # the policy under its wrappers (retention floor, ...)
+        policy = policy.inner
+    policy.epoch += 1
     ph.h.before_alloc()                      # a full re-rank (it took 0 s on this clock)
     scored = o.stats.scored
     o._next_full = 1.0                       # as if it had cost 1/9 s
-    ph.h.runtime.policy.epoch += 1
+    policy.epoch += 1
     ph.h.before_alloc()
     assert o.pending and o.stats.deferred == 1 and o.stats.scored == scored
     ph.h.before_alloc()                      # still too soon: still pending, still deferred

@@ -14,10 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentrt.vllm import kvhints, plugin
+from agentrt.vllm import plugin
+from agentrt.wire import kvhints
 from agentrt.vllm.eventlog import EventLog, read_events
-from agentrt.vllm.identity import identity_of, request_identity, xargs_for
-from agentrt.vllm.kvhints import HintCounts, agentrt_actions, envelope, parse
+from agentrt.wire.identity import identity_of, request_identity, xargs_for
+from agentrt.wire.kvhints import HintCounts, agentrt_actions, envelope, parse
 from vllm_support import requires_vllm
 
 
@@ -269,7 +270,7 @@ def test_hosted_runtime_logs_sources_and_counts(tmp_path):
     assert read_events(str(log), "hints_ignored")[0]["reasons"] == ["unknown_type: agentrt.bogus"]
     st = h.stats()
     assert (st["hints_actions"], st["hints_unknown_type"], st["hints_envelopes"]) == (2, 1, 1)
-    assert "s-1" in h.runtime.workflows and "w" in h.runtime.workflows
+    assert ("default", "s-1") in h.runtime.workflows and ("default", "w") in h.runtime.workflows
 
 
 # ------------------------------------------------------------------ the connector's version check

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from agentrt.vllm.eventlog import read_events
-from agentrt.vllm.kvhints import action, agentrt_actions, envelope
+from agentrt.wire.kvhints import action, agentrt_actions, envelope
 from vllm_support import connector_server, requires_vllm
 
 pytestmark = [requires_vllm, pytest.mark.slow]

@@ -205,7 +205,7 @@ def _prompt(seed: int, n: int = 96) -> list[int]:
 @requires_vllm
 @pytest.mark.slow
 def test_metrics_on_vllms_own_endpoint(vllm_servers, vllm_log_dir):
-    from agentrt.vllm.kvhints import action, agentrt_actions, envelope
+    from agentrt.wire.kvhints import action, agentrt_actions, envelope
     from agentrt.vllm.prom import METRICS
     from test_dashboard import DASHBOARD, sample_names, unknown_metrics
     srv, _ = connector_server(vllm_servers, vllm_log_dir, "pbkv-lae")

@@ -101,7 +101,7 @@ def test_preempted_blocks_carry_the_thread_and_count_once(shares):
     req.status = SimpleNamespace(name="PREEMPTED")
     ph.h.step(SimpleNamespace(preempted_req_ids={"x", "unknown-id"}))   # an id never seen: ignored
     nodes = [ph.h.mirror.by_block[b.block_id] for b in blocks]
-    th = ph.h.runtime.workflows["w"].threads["planner"]
+    th = ph.h.runtime.workflows[("default", "w")].threads["planner"]
     assert all(th in threads_of(n.meta) for n in nodes)
     assert ph.h.mirror.tenant_blocks == {"default": 8}
     assert ph.h.tenants.tenant_reserved == {}                 # preempted: holds nothing running
@@ -147,7 +147,7 @@ def test_a_preempted_request_aborted_before_it_runs_finishes_on_the_path_it_kept
     kept = ph.h.mirror.by_block[blocks[-1].block_id]
     req.status = SimpleNamespace(name="FINISHED_ABORTED")
     ph.h.finished(req, [])                                      # aborted while waiting: no blocks
-    th = ph.h.runtime.workflows["w"].threads["planner"]
+    th = ph.h.runtime.workflows[("default", "w")].threads["planner"]
     assert th.last_node is kept and not ph.h._preempted_at
 
 

@@ -25,13 +25,13 @@ requires_vllm = pytest.mark.skipif(
 
 @pytest.fixture(scope="session")
 def tiny_model():
-    from agentrt.vllm.model import build_model, default_model_dir
+    from agentrt.local.model import build_model, default_model_dir
     return str(build_model(default_model_dir("tiny"), "tiny"))
 
 
 @pytest.fixture(scope="session")
 def vllm_servers(tiny_model, tmp_path_factory):
-    from agentrt.vllm.launch import VLLMServer
+    from agentrt.local.launch import VLLMServer
     started: dict = {}
     logs = tmp_path_factory.mktemp("vllm-logs")
 

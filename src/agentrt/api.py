@@ -135,7 +135,8 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
              train_fraction: float | None = None, policy_options: dict | None = None,
              scheduler_options: dict | None = None, tool_hints: float | None = None,
              replicas: int = 1, router: str | None = None,
-             transfer_gbps: float | None = None, cache_at: str = "prefill") -> SimResult:
+             transfer_gbps: float | None = None, cache_at: str = "prefill",
+             retain_hints: float | None = None, retain_budget: float = 0.25) -> SimResult:
     """Replay a trace (a path, or a workload name from `agentrt workloads`, generated with
     `workflows`, `seed`, `tool_scale`) once per policy through the simulator.
 
@@ -151,7 +152,9 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
     the replicas copy cached prefixes from each other over a link of that many GB/s
     (`--transfer-gbps`; None: they do not). `cache_at`: when a computed prompt block becomes a
     hit for other calls, `"prefill"` (after its prefill, as SGLang) or `"schedule"` (when
-    scheduled, as vLLM V1; `--cache-at`). Raises
+    scheduled, as vLLM V1; `--cache-at`). `retain_hints` / `retain_budget`: the framework sends
+    kv.retain for a tool call's context for the tool time it announces with this error, kept
+    within this fraction of the GPU blocks (`--retain-hints`, `--retain-budget`). Raises
     `AgentrtError` on a bad name or value, before any replay (the checks of `agentrt bench`,
     `BenchSpec.validate`)."""
     from agentrt.bench.runner import BenchOptions
@@ -161,11 +164,13 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
                      seed=(seed, int, False), replicas=(replicas, int, False),
                      tool_scale=(tool_scale, float, False), time_scale=(time_scale, float, False),
                      train_fraction=(train_fraction, float, True), tool_hints=(tool_hints, float, True),
+                     retain_hints=(retain_hints, float, True), retain_budget=(retain_budget, float, False),
                      transfer_gbps=(transfer_gbps, float, True))
     gpu_blocks, host_blocks, concurrency, workflows = (v["gpu_blocks"], v["host_blocks"],
                                                        v["concurrency"], v["workflows"])
     seed, replicas, tool_scale, time_scale = v["seed"], v["replicas"], v["tool_scale"], v["time_scale"]
     train_fraction, tool_hints, transfer_gbps = v["train_fraction"], v["tool_hints"], v["transfer_gbps"]
+    retain_hints, retain_budget = v["retain_hints"], v["retain_budget"]
     for name, value in (("policy_options", policy_options), ("scheduler_options", scheduler_options)):
         if value is not None and not isinstance(value, dict):
             raise AgentrtError(f"{name} must be a dict, got {type(value).__name__}")
@@ -181,7 +186,8 @@ def simulate(trace_or_workload, policies: Sequence[str] | str = defaults.API_POL
                         train_fraction=train_fraction, train_path=str(train) if train else None,
                         policy_options={k: dict(v) for k, v in (policy_options or {}).items()},
                         scheduler=scheduler, scheduler_options=dict(scheduler_options or {}),
-                        tool_hints=tool_hints, cache_at=cache_at)
+                        tool_hints=tool_hints, cache_at=cache_at, retain_hints=retain_hints,
+                        retain_budget=retain_budget)
     spec = BenchSpec(policies=[p for p in names if p], workflows=workflows, tool_scale=tool_scale,
                      options=opts, cli=False, replicas=replicas, router=router,
                      transfer_gbps=transfer_gbps)

@@ -50,57 +50,75 @@ def _progress(quiet: bool) -> Progress:
 
 
 def _factory(prog: Progress):
-    def factory(name: str, total: int):
-        task = prog.add_task(name, total=total)
-        return lambda n: prog.advance(task, n)
-    return factory
+    """Progress per replay: a bar on a terminal; when stderr is not one (piped, a log file), one
+    line as each replay starts and one with its time as it ends, so long runs are never silent."""
+    if prog.disable or err.is_terminal:
+        def factory(name: str, total: int):
+            task = prog.add_task(name, total=total)
+            return lambda n: prog.advance(task, n)
+        return factory
+    import time
+
+    def lines(name: str, total: int):
+        t0, seen = time.monotonic(), [0]
+        err.print(f"{name}: replaying {total:,} calls", highlight=False)
+
+        def advance(n: int) -> None:
+            seen[0] += n
+            if seen[0] >= total:
+                err.print(f"{name}: done in {time.monotonic() - t0:,.0f} s", highlight=False)
+        return advance
+    return lines
 
 
 @app.command()
 def bench(
-    trace: Optional[Path] = typer.Option(None, "--trace", help="replay this trace file (.jsonl or .jsonl.gz)"),
-    workload: Optional[str] = typer.Option(None, "--workload", help="replay a generated workload (see `agentrt workloads`)"),
-    policies: Optional[str] = typer.Option(None, "--policies", help=f"comma-separated policy names (default: {DEFAULT_POLICIES}; with --engine vllm: {DEFAULT_VLLM_POLICIES})"),
-    gpu_blocks: Optional[int] = typer.Option(None, "--gpu-blocks", help=f"GPU KV capacity in blocks (default: what the preset's memory holds; {defaults.RUN_GPU_BLOCKS:,} for the default run)"),
-    host_blocks: int = typer.Option(0, "--host-blocks", help="host-tier capacity in blocks (0: no host tier)"),
-    preset: str = typer.Option(defaults.PRESET, "--preset", help="model and GPU preset (see `agentrt presets`)"),
-    seed: int = typer.Option(defaults.SEED, "--seed", help="seed of the generated workload and of the policies"),
-    workflows: int = typer.Option(defaults.WORKFLOWS, "--workflows", help="workflows to generate (with --workload or the default run; as `agentrt generate`)"),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help=f"replay closed loop with this many workflows at once (default: the trace's; {defaults.CONCURRENCY} for a generated workload, as `agentrt generate`)"),
-    tool_scale: float = typer.Option(1.0, "--tool-scale", help="generated workloads: multiply every tool and think time by this"),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="stretch trace timestamps by this factor (2: half the open-loop request rate)"),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="write the results as JSON here (schema: docs/output.md)"),
-    csv_path: Optional[Path] = typer.Option(None, "--csv", help="write the results as CSV here, one row per policy"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help=f"write a figure comparing the policies here (.png, .pdf, .svg, ...; the default run writes {defaults.RUN_PLOT})"),
-    train: Optional[Path] = typer.Option(None, "--train", help="train offline-learning policies on this trace; score on all of --trace/--workload"),
-    train_fraction: Optional[float] = typer.Option(None, "--train-fraction", help=f"hold back this share of the workflows for offline training (default {defaults.TRAIN_FRACTION} when a policy needs training, else 0); every policy is scored on the rest"),
-    predictor: Optional[Path] = typer.Option(None, "--predictor", help="PBKV: use this trained predictor (from `agentrt train`) instead of training one"),
-    predictor_kind: str = typer.Option("graphsage", "--predictor-kind", help="PBKV: graphsage, markov or rgcn"),
-    predictor_noise: float = typer.Option(0.0, "--predictor-noise", help="PBKV: blend predictions with random ones at this strength (0 to 1)"),
-    set_: list[str] = typer.Option([], "--set", help="policy option, e.g. --set cachesage.lookahead=4 (repeatable)"),
-    scheduler: str = typer.Option(defaults.SCHEDULER, "--scheduler", help="admission order of waiting calls (see `agentrt schedulers`)"),
-    max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler starvation bound: a call waiting longer than this many seconds goes first (default 60)"),
-    max_hold: Optional[float] = typer.Option(None, "--max-hold", help="schedulers that hold new workflows back (agent): the longest hold in seconds (default 600)"),
-    tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,... (unnamed tenants weigh 1)"),
-    shared_chunk_tokens: Optional[int] = typer.Option(None, "--shared-chunk-tokens", help="fair scheduler: while tenants share, each iteration's prefill of all but the least-served tenant is capped at this many tokens (default 512; 0: no cap)"),
-    prefix_hold: bool = typer.Option(True, "--prefix-hold/--no-prefix-hold", help="agent scheduler: hold a call whose next prompt blocks another call is computing until they are cached (a fan-out's instances compute their shared prompt once)"),
-    tool_hints: Optional[float] = typer.Option(None, "--tool-hints", help="act as a framework that announces how long each tool call will run: the trace's tool time times a lognormal error of this sigma (0: exact; pbkv-ta reads it; with --engine vllm sent as the agentrt.tool_call kv_hint; default: no estimates, only that a call ended in a tool call)"),
-    cache_at: Optional[str] = typer.Option(None, "--cache-at", help="simulator: when a computed prompt block becomes a hit for other calls: prefill (after the prefill that computes it, as SGLang; the default) or schedule (as soon as it is scheduled, as vLLM V1)"),
-    replicas: int = typer.Option(1, "--replicas", help="simulate this many replicas (each with --gpu-blocks) behind --router"),
-    router: Optional[str] = typer.Option(None, "--router", help="with --replicas N: how calls are spread (see `agentrt routers`; default agent)"),
-    router_set: list[str] = typer.Option([], "--router-set", help="with --replicas N: router option, e.g. --router-set one_call_prefix=false (repeatable; see docs/routers.md)"),
-    transfer_gbps: Optional[float] = typer.Option(None, "--transfer-gbps", help="with --replicas N: replicas copy cached prefixes from each other's GPUs over a link of this many GB/s (default: they do not)"),
-    safety_net: bool = typer.Option(True, "--safety-net/--no-safety-net", help="simulator: the runtime's LRU safety net (a policy that measurably loses to LRU on the same calls is ranked by LRU until it does not; docs/runtime.md)"),
-    quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
-    engine: str = typer.Option("sim", "--engine", help="sim: the simulator; vllm: a live vLLM server per policy (needs the vllm extra)"),
-    model_size: str = typer.Option("tiny", "--model-size", help="[vllm] local random-weight model: tiny or small"),
-    vllm_blocks: int = typer.Option(256, "--vllm-blocks", help="[vllm] KV pool in engine blocks of 32 tokens"),
-    scale: float = typer.Option(0.25, "--scale", help="[vllm] scale token lengths (prompts and outputs) by this"),
-    think_scale: float = typer.Option(1.0, "--think-scale", help="[vllm] scale think times by this (shorter live runs)"),
-    max_calls: Optional[int] = typer.Option(None, "--max-calls", help="[vllm] replay whole workflows up to this many calls"),
-    log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="[vllm] keep server and connector logs here"),
-    tenant_shares: bool = typer.Option(True, "--tenant-shares/--no-tenant-shares", help="[vllm] with --scheduler fair, the connector shares the KV pool by tenant (off: priorities only)"),
-    live_outputs: bool = typer.Option(True, "--live-outputs/--no-live-outputs", help="[vllm] a later prompt that carries an earlier answer (the trace's output_hash_ids) sends the tokens the engine generated, as an agent does (off: generated stand-ins, never a hit)"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="replay this trace file (.jsonl or .jsonl.gz)", rich_help_panel="What to replay"),
+    workload: Optional[str] = typer.Option(None, "--workload", help="replay a generated workload (see `agentrt workloads`)", rich_help_panel="What to replay"),
+    policies: Optional[str] = typer.Option(None, "--policies", help=f"comma-separated policy names (default: {DEFAULT_POLICIES}; with --engine vllm: {DEFAULT_VLLM_POLICIES})", rich_help_panel="Policies"),
+    gpu_blocks: Optional[int] = typer.Option(None, "--gpu-blocks", help=f"GPU KV capacity in blocks (default: what the preset's memory holds; {defaults.RUN_GPU_BLOCKS:,} for the default run)", rich_help_panel="Engine model (simulator)"),
+    host_blocks: int = typer.Option(0, "--host-blocks", help="host-tier capacity in blocks (0: no host tier)", rich_help_panel="Engine model (simulator)"),
+    preset: str = typer.Option(defaults.PRESET, "--preset", help="model and GPU preset (see `agentrt presets`)", rich_help_panel="Engine model (simulator)"),
+    preset_file: Optional[Path] = typer.Option(None, "--preset-file", help="an engine measured by `agentrt calibrate`: its costs, KV pool (unless --gpu-blocks), scheduler limits and caching point (unless --cache-at); with --engine vllm --scheduler, the admission gate's prefill times", rich_help_panel="Engine model (simulator)"),
+    seed: int = typer.Option(defaults.SEED, "--seed", help="seed of the generated workload and of the policies", rich_help_panel="What to replay"),
+    workflows: int = typer.Option(defaults.WORKFLOWS, "--workflows", help="workflows to generate (with --workload or the default run; as `agentrt generate`)", rich_help_panel="What to replay"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help=f"replay closed loop with this many workflows at once (default: the trace's; {defaults.CONCURRENCY} for a generated workload, as `agentrt generate`)", rich_help_panel="What to replay"),
+    tool_scale: float = typer.Option(1.0, "--tool-scale", help="generated workloads: multiply every tool and think time by this", rich_help_panel="What to replay"),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="stretch trace timestamps by this factor (2: half the open-loop request rate)", rich_help_panel="What to replay"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the results as JSON here (schema: docs/output.md)", rich_help_panel="Output"),
+    csv_path: Optional[Path] = typer.Option(None, "--csv", help="write the results as CSV here, one row per policy", rich_help_panel="Output"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help=f"write a figure comparing the policies here (.png, .pdf, .svg, ...; the default run writes {defaults.RUN_PLOT})", rich_help_panel="Output"),
+    train: Optional[Path] = typer.Option(None, "--train", help="train offline-learning policies on this trace; score on all of --trace/--workload", rich_help_panel="What to replay"),
+    train_fraction: Optional[float] = typer.Option(None, "--train-fraction", help=f"hold back this share of the workflows for offline training (default {defaults.TRAIN_FRACTION} when a policy needs training, else 0); every policy is scored on the rest", rich_help_panel="What to replay"),
+    predictor: Optional[Path] = typer.Option(None, "--predictor", help="PBKV: use this trained predictor (from `agentrt train`) instead of training one", rich_help_panel="Policies"),
+    predictor_kind: str = typer.Option("graphsage", "--predictor-kind", help="PBKV: graphsage, markov or rgcn", rich_help_panel="Policies"),
+    predictor_noise: float = typer.Option(0.0, "--predictor-noise", help="PBKV: blend predictions with random ones at this strength (0 to 1)", rich_help_panel="Policies"),
+    set_: list[str] = typer.Option([], "--set", help="a component's option, one syntax for all: --set POLICY.OPTION=V (e.g. cachesage.lookahead=4), --set scheduler.OPTION=V (e.g. scheduler.max_hold_s=60), --set router.OPTION=V (repeatable; `agentrt policies|schedulers|routers --options` lists them)", rich_help_panel="Policies"),
+    scheduler: str = typer.Option(defaults.SCHEDULER, "--scheduler", help="admission order of waiting calls (see `agentrt schedulers`)", rich_help_panel="Admission schedulers"),
+    max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler starvation bound: a call waiting longer than this many seconds goes first (default 60)", rich_help_panel="Admission schedulers"),
+    max_hold: Optional[float] = typer.Option(None, "--max-hold", help="schedulers that hold new workflows back (agent): the longest hold in seconds (default 600)", rich_help_panel="Admission schedulers"),
+    tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,... (unnamed tenants weigh 1)", rich_help_panel="Admission schedulers"),
+    shared_chunk_tokens: Optional[int] = typer.Option(None, "--shared-chunk-tokens", help="fair scheduler: while tenants share, each iteration's prefill of all but the least-served tenant is capped at this many tokens (default 512; 0: no cap)", rich_help_panel="Admission schedulers"),
+    prefix_hold: bool = typer.Option(True, "--prefix-hold/--no-prefix-hold", help="agent scheduler: hold a call whose next prompt blocks another call is computing until they are cached (a fan-out's instances compute their shared prompt once)", rich_help_panel="Admission schedulers"),
+    tool_hints: Optional[float] = typer.Option(None, "--tool-hints", help="act as a framework that announces how long each tool call will run: the trace's tool time times a lognormal error of this sigma (0: exact; pbkv-ta reads it; with --engine vllm sent as the agentrt.tool_call kv_hint; default: no estimates, only that a call ended in a tool call)", rich_help_panel="Policies"),
+    retain_hints: Optional[float] = typer.Option(None, "--retain-hints", help="simulator: act as a framework that sends vLLM's kv.retain for a call's whole context when it ends in a tool call, for the tool time it announces (the trace's times a lognormal error of this sigma; the engine keeps retained blocks after all others within --retain-budget; beside or instead of --tool-hints)", rich_help_panel="Policies"),
+    retain_budget: float = typer.Option(0.25, "--retain-budget", help="simulator, with --retain-hints: the most of the GPU blocks retained at once (a fraction, as the connector's retain_budget)", rich_help_panel="Policies"),
+    safety_net: bool = typer.Option(True, "--safety-net/--no-safety-net", help="simulator: the runtime's LRU safety net (a policy that measurably loses to LRU on the same calls is ranked by LRU until it does not; docs/runtime.md)", rich_help_panel="Policies"),
+    cache_at: Optional[str] = typer.Option(None, "--cache-at", help="simulator: when a computed prompt block becomes a hit for other calls: prefill (after the prefill that computes it, as SGLang; the default) or schedule (as soon as it is scheduled, as vLLM V1)", rich_help_panel="Engine model (simulator)"),
+    replicas: int = typer.Option(1, "--replicas", help="simulate this many replicas (each with --gpu-blocks) behind --router", rich_help_panel="Several replicas"),
+    router: Optional[str] = typer.Option(None, "--router", help="with --replicas N: how calls are spread (see `agentrt routers`; default agent)", rich_help_panel="Several replicas"),
+    router_set: list[str] = typer.Option([], "--router-set", help="with --replicas N: router option, e.g. --router-set one_call_prefix=false (repeatable; see docs/routers.md)", rich_help_panel="Several replicas"),
+    transfer_gbps: Optional[float] = typer.Option(None, "--transfer-gbps", help="with --replicas N: replicas copy cached prefixes from each other's GPUs over a link of this many GB/s (default: they do not)", rich_help_panel="Several replicas"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress bar", rich_help_panel="Output"),
+    engine: str = typer.Option("sim", "--engine", help="sim: the simulator; vllm: a live vLLM server per policy (needs the vllm extra)", rich_help_panel="Live vLLM (--engine vllm)"),
+    model_size: str = typer.Option("tiny", "--model-size", help="[vllm] local random-weight model: tiny or small", rich_help_panel="Live vLLM (--engine vllm)"),
+    vllm_blocks: int = typer.Option(256, "--vllm-blocks", help="[vllm] KV pool in engine blocks of 32 tokens", rich_help_panel="Live vLLM (--engine vllm)"),
+    scale: float = typer.Option(0.25, "--scale", help="[vllm] scale token lengths (prompts and outputs) by this", rich_help_panel="Live vLLM (--engine vllm)"),
+    think_scale: float = typer.Option(1.0, "--think-scale", help="[vllm] scale think times by this (shorter live runs)", rich_help_panel="Live vLLM (--engine vllm)"),
+    max_calls: Optional[int] = typer.Option(None, "--max-calls", help="[vllm] replay whole workflows up to this many calls", rich_help_panel="Live vLLM (--engine vllm)"),
+    log_dir: Optional[Path] = typer.Option(None, "--log-dir", help="[vllm] keep server and connector logs here", rich_help_panel="Live vLLM (--engine vllm)"),
+    tenant_shares: bool = typer.Option(True, "--tenant-shares/--no-tenant-shares", help="[vllm] with --scheduler fair, the connector shares the KV pool by tenant (off: the gate's order only)", rich_help_panel="Live vLLM (--engine vllm)"),
+    live_outputs: bool = typer.Option(True, "--live-outputs/--no-live-outputs", help="[vllm] a later prompt that carries an earlier answer (the trace's output_hash_ids) sends the tokens the engine generated, as an agent does (off: generated stand-ins, never a hit)", rich_help_panel="Live vLLM (--engine vllm)"),
 ) -> None:
     """Replay a trace under several policies and print hit rates, TTFT percentiles, end-to-end latency and throughput."""
     from agentrt.bench.report import print_result
@@ -113,7 +131,8 @@ def bench(
         if live:
             raise AgentrtError(f"{', '.join(live)}: for --engine vllm only (the simulator would ignore them)")
     spec = bench_spec(trace=trace, workload=workload, policies=policies, engine=engine,
-                      gpu_blocks=gpu_blocks, host_blocks=host_blocks, preset=preset, seed=seed,
+                      gpu_blocks=gpu_blocks, host_blocks=host_blocks, preset=preset,
+                      preset_file=preset_file, seed=seed,
                       workflows=workflows, concurrency=concurrency, tool_scale=tool_scale,
                       time_scale=time_scale, json_path=json_path, csv_path=csv_path, plot=plot,
                       train=train, train_fraction=train_fraction, predictor=predictor,
@@ -122,6 +141,7 @@ def bench(
                       tenant_weights=tenant_weights, replicas=replicas, router=router, router_set=router_set,
                       shared_chunk_tokens=shared_chunk_tokens, tool_hints=tool_hints,
                       transfer_gbps=transfer_gbps, prefix_hold=prefix_hold, cache_at=cache_at,
+                      retain_hints=retain_hints, retain_budget=retain_budget,
                       safety_net=safety_net)
     if engine == "vllm":
         doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir,
@@ -137,8 +157,8 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
                 think_scale: float, max_calls: int | None, log_dir: Path | None,
                 tenant_shares: bool = True, live_outputs: bool = True) -> dict:
     """`bench --engine vllm`: see agentrt.enginebench.runner. With a scheduler other than fcfs,
-    stock vLLM (lru, fcfs) runs first and every policy then runs under the scheduler, its
-    priorities carried by vLLM's `--scheduling-policy priority`."""
+    stock vLLM (lru, fcfs) runs first and every policy then runs under the scheduler, through
+    `agentrt serve --scheduler` in front of vLLM (its admission gate)."""
     import importlib.util
     if importlib.util.find_spec("vllm") is None:
         raise AgentrtError('--engine vllm needs vLLM: pip install -e ".[vllm]"')
@@ -158,7 +178,7 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
                               log_dir=str(log_dir) if log_dir else None,
                               scheduler=o.scheduler, scheduler_options=dict(o.scheduler_options),
                               tool_hints=o.tool_hints, tenant_shares=tenant_shares,
-                              live_outputs=live_outputs)
+                              live_outputs=live_outputs, preset_file=o.preset_file)
     source, owned = spec.open_source()
     try:
         with _progress(quiet) as prog:
@@ -169,27 +189,32 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
 
 
 @app.command()
-def policies() -> None:
+def policies(options: bool = typer.Option(False, "--options", help="also list each policy's options (--set POLICY.OPTION=V) with defaults")) -> None:
     """List the policies every tool accepts by name."""
-    from agentrt.policies.registry import describe, policy_names
-    for n in policy_names():
-        typer.echo(f"{n:18s} {describe(n)}")
+    from agentrt.policies.registry import BOUNDS, POLICIES, describe
+    for line in POLICIES.listing(options, {b: describe(b) for b in BOUNDS}):
+        typer.echo(line)
 
 
 @app.command()
-def schedulers() -> None:
+def schedulers(options: bool = typer.Option(False, "--options", help="also list each scheduler's options (--set scheduler.OPTION=V) with defaults")) -> None:
     """List the admission schedulers `bench --scheduler` accepts by name."""
-    from agentrt.sched.registry import describe_scheduler, scheduler_names
-    for n in scheduler_names():
-        typer.echo(f"{n:18s} {describe_scheduler(n)}")
+    from agentrt.sched.registry import SCHEDULERS
+    for line in SCHEDULERS.listing(options):
+        typer.echo(line)
 
 
 @app.command()
-def presets() -> None:
-    """List the model and GPU presets of the engine simulator."""
+def presets(file: Optional[Path] = typer.Option(None, "--file", help="show what a preset file (from `agentrt calibrate`) contains")) -> None:
+    """List the model and GPU presets of the engine simulator, or what a preset file holds."""
     from rich.table import Table
 
     from agentrt.bench.report import print_wide
+    if file is not None:
+        from agentrt.engine.preset_file import describe, load_preset_file
+        for what, value in describe(load_preset_file(file)):
+            typer.echo(f"{what:18s} {value}")
+        return
     from agentrt.engine.costs import CostModel
     from agentrt.engine.presets import PRESETS
     t = Table(title="engine presets (times from the cost model)")
@@ -208,7 +233,8 @@ def presets() -> None:
 # --- commands defined in other modules -------------------------------------------------------
 def _register_extra_commands() -> None:
     import importlib
-    for mod in ("agentrt.workloads.cli", "agentrt.predict.cli", "agentrt.serve.cli", "agentrt.cluster.cli"):
+    for mod in ("agentrt.workloads.cli", "agentrt.predict.cli", "agentrt.serve.cli", "agentrt.cluster.cli",
+                "agentrt.enginebench.cli"):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:

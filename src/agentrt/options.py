@@ -43,47 +43,23 @@ def parse_value(text: str):
     return text
 
 
-def _init_parameters(name: str) -> list[inspect.Parameter] | None:
-    """The keyword parameters policy `name`'s constructors take, `seed` aside, in signature order
-    (following `**options` up the class hierarchy); None when they cannot be told (a plain
-    factory, or options passed on to no class)."""
-    from agentrt.policies.registry import policy_class
-    cls = policy_class(name)
-    return None if cls is None else class_parameters(cls)
-
-
-def class_parameters(cls: type) -> list[inspect.Parameter] | None:
-    """The keyword parameters `cls`'s constructors take, `seed` aside, in signature order
-    (following `**options` up the class hierarchy); None when options go on to no class."""
-    params: list[inspect.Parameter] = []
-    seen: set[str] = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None or klass is object:
-            continue
-        forwards = False
-        for p in list(inspect.signature(init).parameters.values())[1:]:
-            if p.kind is p.VAR_KEYWORD:
-                forwards = True     # e.g. PBKV-TA passes its options on to PBKV
-            elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in seen:
-                seen.add(p.name)
-                params.append(p)
-        if not forwards:
-            return [p for p in params if p.name != "seed"]
-    return None
+def class_parameters(cls: type):
+    """The keyword parameters of `cls`'s constructors (agentrt.registry.class_parameters)."""
+    from agentrt.registry import class_parameters as params
+    return params(cls)
 
 
 def policy_option_names(name: str) -> list[str] | None:
     """The keyword options policy `name` takes, `seed` aside (the bench sets it), in signature
     order; None when they cannot be told (a plain factory, or options passed on to no class)."""
-    params = _init_parameters(name)
-    return None if params is None else [p.name for p in params]
+    from agentrt.policies.registry import POLICIES
+    return POLICIES.option_names(name)
 
 
 def policy_flag_names(name: str) -> set[str]:
-    """The options of policy `name` that default to true or false: they take a bool and nothing
-    else (a string "false" from a config file would otherwise read as true)."""
-    return {p.name for p in _init_parameters(name) or [] if isinstance(p.default, bool)}
+    """The options of policy `name` that default to true or false: they take a bool and nothing else."""
+    from agentrt.policies.registry import POLICIES
+    return POLICIES.flag_names(name)
 
 
 def check_policy_options(policy_options: dict, policies: list[str], cli: bool) -> None:
@@ -117,30 +93,59 @@ def parse_policy_options(items: list[str], policies: list[str]) -> dict:
     return out
 
 
-def parse_router_options(items: list[str], router: str) -> dict:
-    """`--router-set option=value` items -> the router's keyword options, checked by building it."""
-    from agentrt.cluster.registry import make_router, router_class
-    params = class_parameters(router_class(router))
-    known = None if params is None else [prm.name for prm in params]
+KINDS = ("scheduler", "router")     # `--set KIND.OPTION=VALUE` keys that are no policy's name
+
+
+def split_set(items: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """`--set` items -> (policy items, scheduler OPTION=VALUE items, router OPTION=VALUE items):
+    one syntax for every kind of component (`--set pbkv-ta.online=false`,
+    `--set scheduler.max_hold_s=60`, `--set router.spread=true`)."""
+    pol: list[str] = []
+    kinds: dict[str, list[str]] = {k: [] for k in KINDS}
+    for item in items:
+        head, dot, rest = item.partition(".")
+        if dot and head in kinds:
+            kinds[head].append(rest)
+        else:
+            pol.append(item)
+    return pol, kinds["scheduler"], kinds["router"]
+
+
+def parse_component_options(items: list[str], kind: str, name: str, flag_name: str = "--set") -> dict:
+    """OPTION=VALUE items for the run's `kind` component `name` -> its keyword options, checked
+    against its constructor (`agentrt.registry`) and by building it once."""
+    from agentrt.cluster.registry import ROUTERS
+    from agentrt.sched.registry import SCHEDULERS
+    reg = {"scheduler": SCHEDULERS, "router": ROUTERS}[kind]
+    reg.check(name)
+    known = reg.option_names(name)
     out: dict = {}
     for item in items:
         key, eq, val = item.partition("=")
+        shown = f"--set {kind}.{item}" if flag_name == "--set" else f"{flag_name} {item!r}"
         if not eq or not key:
-            raise AgentrtError(f"--router-set {item!r}: expected OPTION=VALUE (an option of --router {router})")
+            raise AgentrtError(f"{shown}: expected OPTION=VALUE (an option of {kind} {name})")
         if known is not None and key not in known:
-            raise AgentrtError(f"--router-set {item!r}: router '{router}' has no option {key!r}; it has: "
+            raise AgentrtError(f"{shown}: {kind} '{name}' has no option {key!r}; it has: "
                                + (", ".join(known) or "none"))
         out[key] = parse_value(val)
-    make_router(router, **out)          # a bad value (or option): the router's own message
+    reg.make(name, **out)              # a bad value (or option): the component's own message
     return out
+
+
+def parse_router_options(items: list[str], router: str) -> dict:
+    """`--router-set option=value` items -> the router's keyword options, checked by building it."""
+    return parse_component_options(items, "router", router, "--router-set")
 
 
 def scheduler_options(name: str, max_wait: float | None, tenant_weights: str | None,
                       max_hold: float | None = None, shared_chunk_tokens: int | None = None,
-                      prefix_hold: bool = True) -> dict:
-    """Check `--scheduler` and its options before any replay; the scheduler's keyword options."""
+                      prefix_hold: bool = True, items: list[str] | None = None) -> dict:
+    """Check `--scheduler` and its options before any replay; the scheduler's keyword options:
+    `--set scheduler.OPTION=VALUE` items, and the flags that are their aliases (`--max-wait`,
+    `--max-hold`, `--tenant-weights`, `--shared-chunk-tokens`, `--no-prefix-hold`), which win."""
     from agentrt.sched.registry import make_scheduler
-    opts: dict = {}
+    opts: dict = parse_component_options(items, "scheduler", name) if items else {}
     if max_wait is not None:
         positive(max_wait, "max_wait", cli=True)
         opts["max_wait_s"] = max_wait

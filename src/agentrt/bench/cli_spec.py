@@ -31,6 +31,8 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                router: str | None = None, shared_chunk_tokens: int | None = None,
                tool_hints: float | None = None, transfer_gbps: float | None = None,
                prefix_hold: bool = True, cache_at: str | None = None, router_set: list[str] | None = None,
+               preset_file: Path | None = None, retain_hints: float | None = None,
+               retain_budget: float = 0.25,
                safety_net: bool = True):
     """The bench run the command line asks for, with the defaults filled in and every value
     checked (`BenchSpec.validate`); nothing generated or replayed yet."""
@@ -48,6 +50,11 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
                            "\"safety_net\": false in its kv_connector_extra_config)")
     if engine == "vllm" and cache_at is not None:
         raise AgentrtError("--cache-at is for the simulator (vLLM itself caches blocks when they are scheduled)")
+    if retain_hints is not None and (engine != "sim" or replicas != 1):
+        raise AgentrtError("--retain-hints is for the simulator with one replica (live, a client sends "
+                           "kv.retain itself: docs/vllm.md, Retention hints)")
+    if retain_budget != 0.25 and retain_hints is None:
+        raise AgentrtError("--retain-budget bounds what --retain-hints retains; give both")
     if trace is not None and workload is not None:
         raise AgentrtError("give either --trace or --workload, not both")
     if trace is not None and (workflows != defaults.WORKFLOWS or tool_scale != 1.0):
@@ -71,6 +78,9 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     if not names:
         raise AgentrtError("--policies is empty")
     check_names(names)
+    from agentrt.options import split_set
+    set_, sched_items, router_items = split_set(set_)
+    router_set = list(router_set or []) + router_items      # --router-set is the alias of --set router.
     popts = parse_policy_options(set_, names)
     for name in names:
         if name in PBKV_PREDICTING and engine == "sim":
@@ -89,14 +99,27 @@ def bench_spec(*, trace: Path | None, workload: str | None, policies: str | None
     if shaped and not any(n in PBKV_PREDICTING for n in names):
         raise AgentrtError(f"{' and '.join(shaped)} {'is' if len(shaped) == 1 else 'are'} for "
                            f"{', '.join(PBKV_PREDICTING)}; none is in --policies")
+    if preset_file is not None:
+        if engine != "sim" and scheduler == "fcfs":
+            raise AgentrtError("--preset-file describes an engine for the simulator; with --engine vllm "
+                               "the engine is measured, not modelled (with --scheduler it gives the "
+                               "admission gate its prefill times)")
+        if preset != defaults.PRESET:
+            raise AgentrtError("give either --preset or --preset-file, not both")
+        from agentrt.engine.preset_file import load_preset_file
+        if cache_at is None:             # the measured engine's own caching point
+            cache_at = load_preset_file(preset_file).cache_at
     opts = BenchOptions(preset=preset, gpu_blocks=gpu_blocks, host_blocks=host_blocks,
+                        preset_file=str(preset_file) if preset_file is not None else None,
                         concurrency=concurrency, seed=seed, train_fraction=train_fraction,
                         time_scale=time_scale, train_path=str(train) if train else None,
                         policy_options=popts, scheduler=scheduler, tool_hints=tool_hints,
+                        retain_hints=retain_hints, retain_budget=retain_budget,
                         cache_at="prefill" if cache_at is None else cache_at,
                         safety_net=safety_net,
                         scheduler_options=scheduler_options(scheduler, max_wait, tenant_weights,
-                                                            max_hold, shared_chunk_tokens, prefix_hold))
+                                                            max_hold, shared_chunk_tokens, prefix_hold,
+                                                            sched_items))
     spec = BenchSpec(policies=names, trace=trace,
                      workload=(workload or defaults.RUN_WORKLOAD) if trace is None else None,
                      workflows=workflows, tool_scale=tool_scale, options=opts, json_path=json_path,
@@ -111,7 +134,7 @@ def router_options(items: list[str], replicas: int, router: str | None) -> dict:
     if not items:
         return {}
     if replicas < 2:
-        raise AgentrtError("--router-set needs --replicas 2 or more (it configures the router)")
+        raise AgentrtError("--router-set and --set router.OPTION need --replicas 2 or more (they configure the router)")
     from agentrt.cluster.registry import DEFAULT_ROUTER
     from agentrt.options import parse_router_options
     return parse_router_options(items, router or DEFAULT_ROUTER)     # an unknown router is refused there

@@ -83,6 +83,8 @@ def run_summary(doc: dict) -> list[str]:
             f"load: {load_text(cfg)} | capacity: {capacity_text(cfg)} | preset: {cfg['preset']}",
             f"training split: {split_text(cfg)}" + (f" | scheduler {sched}" if sched != "fcfs" else "")
             + (f" | tool times announced, lognormal error {hints:g}" if hints is not None else "")
+            + (f" | kv.retain over tool calls, lognormal error {cfg['retain_hints']:g}, budget "
+               f"{cfg.get('retain_budget', 0.25):g}" if cfg.get("retain_hints") is not None else "")
             + (" | blocks shared when scheduled (vLLM)" if cfg.get("cache_at") == "schedule" else "")
             + (f" | oracle: clairvoyant eviction on the {cfg.get('oracle_reference') or 'lru'} run's placement "
                "(not a bound on routing)" if (cfg.get("replicas") or 1) > 1 and "oracle" in doc["results"] else "")]
@@ -168,8 +170,39 @@ def print_result(doc: dict, console: Console | None = None) -> None:
         console.print(overload_text(doc["overload"]), style="bold yellow")
     if (note := oversize_text(doc)) is not None:
         console.print(note, style="bold yellow")
+    for note in (no_pressure_text(doc), one_tenant_text(doc)):
+        if note is not None:
+            console.print(note, style="bold yellow")
     if (note := net_text(doc)) is not None:
         console.print(note)
+
+
+def no_pressure_text(doc: dict) -> str | None:
+    """A note when every policy run gives the same hit rate and prefill: at this capacity the
+    eviction order decides nothing (a newcomer's most common surprise: a generated workload on a
+    whole GPU's memory)."""
+    res = [r for r in doc["results"].values() if not r.get("offline")]
+    if len(res) < 2 or len({(r.get("hit_rate"), r.get("prefill_tokens")) for r in res}) > 1:
+        return None
+    cfg = doc["config"]
+    from agentrt import defaults
+    what = ("no policy evicted a block" if not any(r.get("evictions") for r in res)
+            else "the evictions cost every policy the same hits")
+    return (f"every policy ties: at {cfg['gpu_blocks']:,} GPU blocks {what}, so eviction order decides "
+            f"nothing on this run; give a smaller --gpu-blocks (the default run uses "
+            f"{defaults.RUN_GPU_BLOCKS:,}, a quarter of the preset's memory) or more --concurrency to compare them.")
+
+
+def one_tenant_text(doc: dict) -> str | None:
+    """A note when a scheduler that shares by tenant ran on a trace with one tenant."""
+    cfg = doc["config"]
+    if cfg.get("scheduler") != "fair":
+        return None
+    first = next(iter(doc["results"].values()), {})
+    if len(first.get("tenants") or {}) > 1:
+        return None
+    return ("one tenant: the fair scheduler shares prefill, running memory and the KV pool by tenant, "
+            "and this trace has a single tenant, so it orders calls as fcfs does.")
 
 
 def net_text(doc: dict) -> str | None:

@@ -28,6 +28,7 @@ class BenchOptions:
     """How every policy of one bench run replays the trace. `validate` is the one check of these
     values (the CLI, `agentrt.simulate` and `run_bench` all call it) before any replay."""
     preset: str = defaults.PRESET
+    preset_file: str | None = None     # an engine measured by `agentrt calibrate` (replaces `preset`)
     gpu_blocks: int | None = None
     host_blocks: int = 0
     concurrency: int | None = None     # override the trace's closed-loop concurrency
@@ -41,6 +42,8 @@ class BenchOptions:
     scheduler: str = defaults.SCHEDULER   # admission order (agentrt.sched)
     scheduler_options: dict = field(default_factory=dict)
     tool_hints: float | None = None    # the framework announces tool times, with this lognormal error
+    retain_hints: float | None = None  # it sends kv.retain for a tool call's context, durations with this error
+    retain_budget: float = 0.25        # the most of the GPU blocks retained at once
     cache_at: str = "prefill"          # when computed prompt blocks become hits (EngineConfig)
     safety_net: bool = True            # the runtime's LRU safety net (runtime/safety_net.py)
 
@@ -53,6 +56,8 @@ class BenchOptions:
             raise AgentrtError(f"{flag('policies', cli)} is empty" if cli else "no policies given")
         check_names(policies)
         get_preset(self.preset)
+        if self.preset_file is not None:
+            self.measured()
         positive(self.gpu_blocks, "gpu_blocks", cli)
         positive(self.host_blocks, "host_blocks", cli, allow_zero=True)
         positive(self.concurrency, "concurrency", cli)
@@ -63,6 +68,9 @@ class BenchOptions:
         positive(self.max_batch_tokens, "max_batch_tokens", cli)
         positive(self.max_running, "max_running", cli)
         positive(self.tool_hints, "tool_hints", cli, allow_zero=True)
+        positive(self.retain_hints, "retain_hints", cli, allow_zero=True)
+        if not 0.0 < self.retain_budget <= 1.0:
+            raise AgentrtError(f"{flag('retain_budget', cli)} must be in (0, 1], got {self.retain_budget}")
         if self.cache_at not in CACHE_AT:
             raise AgentrtError(f"{flag('cache_at', cli)} must be one of {', '.join(CACHE_AT)}, got {self.cache_at!r}")
         positive(self.seed, "seed", cli, allow_zero=True)
@@ -85,6 +93,19 @@ class BenchOptions:
                 raise AgentrtError(f"bad option for policy '{name}': {e}") from None
         make_bench_scheduler(self)
 
+    def measured(self):
+        """The preset file's contents (`engine/preset_file.py`), None without one; read once."""
+        if self.preset_file is None:
+            return None
+        from agentrt.engine.preset_file import load_preset_file
+        cached = _PRESET_FILES.get(self.preset_file)
+        if cached is None:
+            cached = _PRESET_FILES[self.preset_file] = load_preset_file(self.preset_file)
+        return cached
+
+
+_PRESET_FILES: dict = {}       # path -> PresetFile, read once per process
+
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -96,6 +117,14 @@ def replay_concurrency(override: int | None, source: TraceSource) -> int | None:
 
 
 def engine_config(opts: BenchOptions, block_size: int) -> EngineConfig:
+    """The simulated engine: a named preset, or a measured one (its costs, KV pool and scheduler
+    limits; the capacity in this trace's blocks unless `gpu_blocks` says otherwise)."""
+    pf = opts.measured()
+    if pf is not None:
+        return EngineConfig(preset=pf.preset, block_size=block_size, gpu_blocks=opts.gpu_blocks,
+                            host_blocks=opts.host_blocks, max_batch_tokens=pf.max_batch_tokens,
+                            max_running=pf.max_running, cache_at=opts.cache_at,
+                            request_overhead_s=pf.request_overhead_s)
     return EngineConfig(preset=get_preset(opts.preset), block_size=block_size,
                         gpu_blocks=opts.gpu_blocks, host_blocks=opts.host_blocks,
                         max_batch_tokens=opts.max_batch_tokens, max_running=opts.max_running,
@@ -113,6 +142,12 @@ def make_tool_hints(opts: BenchOptions):
     """The simulated framework's tool-time announcements (`engine.tool_hints`), None if off."""
     from agentrt.engine.tool_hints import ToolHints
     return ToolHints.maybe(opts.tool_hints, opts.seed)
+
+
+def make_retain_hints(opts: BenchOptions):
+    """The simulated framework's kv.retain hints over tool calls (`engine.tool_hints`), None if off."""
+    from agentrt.engine.tool_hints import RetainHints
+    return RetainHints.maybe(opts.retain_hints, opts.seed, opts.retain_budget)
 
 
 def make_trained_policy(name: str, source: TraceSource, opts: BenchOptions):
@@ -150,6 +185,7 @@ def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream
     sim = Simulator(cfg, policy, source.eval_calls(), concurrency=conc,
                     record_stream=record_stream, progress=progress, time_scale=opts.time_scale,
                     scheduler=make_bench_scheduler(opts), tool_hints=make_tool_hints(opts),
+                    retain=make_retain_hints(opts),
                     safety_net=opts.safety_net)
     sim.run()
     return sim
@@ -310,6 +346,12 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
                   concurrency=replay_concurrency(opts.concurrency, source),
                   bounds_stream="lru" if want_bounds else None, oracle_passes=oracle_passes,
                   train=split)
+    pf = opts.measured()
+    if pf is not None:     # the measured engine the run stood for, named in the table's header
+        config.update(preset=pf.preset.name, max_batch_tokens=cfg.max_batch_tokens,
+                      max_running=cfg.max_running,
+                      measured_preset={k: pf.doc[k] for k in ("name", "command", "engine", "costs",
+                                                              "request_overhead_s") if k in pf.doc})
     return {"schema_version": SCHEMA_VERSION, "trace": source.label, "calls": first.calls, "workflows": first.workflows,
             "config": config, "results": ordered,
             "lru_reference": lru_metrics.summary() if hidden_lru and lru_metrics else None}

@@ -54,10 +54,14 @@ class BenchSpec:
             from agentrt.workloads.registry import workload_names
             if self.workload not in workload_names():
                 raise unknown_name("workload", self.workload, workload_names())
-            if self.workflows <= 0:
-                raise AgentrtError(f"{flag('workflows', cli)} must be > 0, got {self.workflows}")
+            from agentrt.trace.limits import MAX_WORKFLOWS
+            if not 0 < self.workflows <= MAX_WORKFLOWS:
+                raise AgentrtError(f"{flag('workflows', cli)} must be from 1 to {MAX_WORKFLOWS:,} "
+                                   f"(a generated workload is held in memory), got {self.workflows}")
             positive(self.tool_scale, "tool_scale", cli)
         self.options.validate(self.policies, cli)
+        if self.replicas != 1 and self.options.retain_hints is not None:
+            raise AgentrtError(f"{flag('retain_hints', cli)} is for one replica")
         if self.replicas != 1 or self.router is not None or self.transfer_gbps is not None:
             from agentrt.cluster.bench import check_cluster_run
             check_cluster_run(self.policies, self.replicas, self.router, cli, self.transfer_gbps)

@@ -34,13 +34,16 @@ from agentrt.errors import AgentrtError
 from agentrt.policies.registry import BOUNDS, SIM_BOUNDS
 
 
+MAX_REPLICAS = 1024      # simulated replicas: each holds its own cache, runtime and scheduler
+
+
 def check_cluster_run(policies: list[str], replicas: int, router: str | None, cli: bool = True,
                       transfer_gbps: float | None = None) -> None:
     """Refuse what a cluster run cannot do, before any work."""
     from agentrt.cluster.registry import check_router
     flag = "--replicas" if cli else "replicas"
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise AgentrtError(f"{flag} must be an integer >= 1, got {replicas!r}")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
+        raise AgentrtError(f"{flag} must be an integer from 1 to {MAX_REPLICAS:,}, got {replicas!r}")
     if transfer_gbps is not None:
         tflag = "--transfer-gbps" if cli else "transfer_gbps"
         if isinstance(transfer_gbps, bool) or not isinstance(transfer_gbps, (int, float)) \

@@ -9,11 +9,11 @@ from __future__ import annotations
 import typer
 
 
-def routers() -> None:
+def routers(options: bool = typer.Option(False, "--options", help="also list each router's options (--set router.OPTION=V) with defaults")) -> None:
     """List the routers `bench --router` accepts by name (a multi-replica simulation)."""
-    from agentrt.cluster.registry import describe_router, router_names
-    for n in router_names():
-        typer.echo(f"{n:18s} {describe_router(n)}")
+    from agentrt.cluster.registry import ROUTERS
+    for line in ROUTERS.listing(options):
+        typer.echo(line)
 
 
 def register_commands(app: typer.Typer) -> None:

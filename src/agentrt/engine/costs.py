@@ -10,6 +10,8 @@ max(compute, memory) + a fixed overhead, where
 So prefill cost grows with new tokens and with cached context (attention over it), and decode
 cost with batch size and total context. Host-to-GPU loads cost bytes / PCIe bandwidth on a
 separate link that the replay schedules.
+A preset measured on a live engine (`Preset.fitted`, from `agentrt calibrate`) replaces the
+roofline with its fitted sum of the same terms (`presets.FittedCosts`).
 """
 
 from __future__ import annotations
@@ -19,25 +21,34 @@ from agentrt.engine.presets import Preset
 
 class CostModel:
     __slots__ = ("preset", "_linear_flops", "_attn_flops", "_flops_s", "_weight_s", "_kv_s",
-                 "overhead", "kv_bytes_per_token", "pcie_bytes_s")
+                 "overhead", "kv_bytes_per_token", "pcie_bytes_s", "_fit")
 
     def __init__(self, preset: Preset) -> None:
         m, g = preset.model, preset.gpu
         self.preset = preset
+        self.kv_bytes_per_token = m.kv_bytes_per_token
+        self.pcie_bytes_s = g.pcie_bytes_s
+        self._fit = preset.fitted
         self._linear_flops = 2.0 * m.params
         self._attn_flops = 4.0 * m.layers * m.heads * m.head_dim
+        if self._fit is not None:            # measured: no datasheet figures to derive from
+            self._flops_s = self._weight_s = self._kv_s = 0.0
+            self.overhead = self._fit.overhead_s
+            return
         self._flops_s = g.peak_flops * preset.mfu
         bw = g.hbm_bytes_s * preset.bw_efficiency
         self._weight_s = m.weight_bytes / bw
         self._kv_s = m.kv_bytes_per_token / bw
         self.overhead = preset.iteration_overhead_s
-        self.kv_bytes_per_token = m.kv_bytes_per_token
-        self.pcie_bytes_s = g.pcie_bytes_s
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float) -> float:
         """Seconds for one iteration with `tokens` in the batch."""
         if tokens <= 0:
             return 0.0
+        f = self._fit
+        if f is not None:
+            return (f.overhead_s + f.per_token_s * tokens + f.per_pair_s * attn_pairs
+                    + f.per_kv_token_s * kv_tokens_read)
         compute = (self._linear_flops * tokens + self._attn_flops * attn_pairs) / self._flops_s
         memory = self._weight_s + self._kv_s * kv_tokens_read
         return (compute if compute > memory else memory) + self.overhead

@@ -127,6 +127,11 @@ class RequestLifecycle:
         if now > m.last_finish:
             m.last_finish = now
         tool_ms, ended = self.replay.finish(r.call, now)
+        if self.retain is not None and tool_ms > 0 and node is not None:
+            # the framework's kv.retain for the call's context, for the tool time it announces
+            self.policy.retain_path(now, info.tenant, info.workflow, node,
+                                    self.retain.duration(info.workflow, info.index, tool_ms * 1e-3),
+                                    self.retain.priority)
         if self._events:
             hints = self.tool_hints
             expected = (hints.estimate(info.workflow, info.index, tool_ms * 1e-3)

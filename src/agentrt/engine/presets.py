@@ -61,6 +61,24 @@ class GPUSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class FittedCosts:
+    """An iteration's time measured on a live engine (`agentrt calibrate`), the same terms as the
+    roofline's but fitted, summed rather than maxed (one processor does both on a CPU engine;
+    on a GPU the fit still weighs each term by what the engine showed):
+    overhead + per_token x tokens + per_pair x attention pairs + per_kv_token x KV tokens read."""
+    overhead_s: float
+    per_token_s: float
+    per_pair_s: float
+    per_kv_token_s: float
+
+    def __post_init__(self) -> None:
+        for name in ("overhead_s", "per_token_s", "per_pair_s", "per_kv_token_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and v >= 0 and v == v and v != float("inf")):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class Preset:
     name: str
     model: ModelSpec
@@ -70,9 +88,14 @@ class Preset:
     iteration_overhead_s: float = 1e-3
     memory_utilization: float = 0.90
     activation_reserve_bytes: float = 2 * GB
+    fitted: FittedCosts | None = None     # a preset measured on an engine (preset_file.py)
+    kv_tokens: int | None = None          # that engine's KV pool, instead of the memory formula
 
     def kv_capacity_tokens(self) -> int:
-        """KV-cache tokens that fit beside the weights (vLLM's profile, in closed form)."""
+        """KV-cache tokens that fit beside the weights (vLLM's profile, in closed form), or the
+        measured engine's pool."""
+        if self.kv_tokens is not None:
+            return self.kv_tokens
         free = (self.gpu.memory_bytes * self.memory_utilization - self.model.weight_bytes
                 - self.activation_reserve_bytes)
         return max(0, int(free // self.model.kv_bytes_per_token))

@@ -235,3 +235,30 @@ class WorkflowReplay:
     @property
     def done(self) -> bool:
         return self._eof and not self._arrivals and not self._starts
+
+
+class DelayedArrivals:
+    """A replay whose calls reach the engine `delay` seconds after they are issued: the path of a
+    request through an API server before the engine sees it (a measured engine's
+    `request_overhead_s`). Arrival times stay the issue times, so TTFT and end-to-end latency
+    include the delay, as a client measures them."""
+
+    __slots__ = ("inner", "delay")
+
+    def __init__(self, inner: WorkflowReplay, delay: float) -> None:
+        self.inner = inner
+        self.delay = delay
+
+    @property
+    def late_arrivals(self) -> int:
+        return self.inner.late_arrivals
+
+    def next_arrival(self) -> float | None:
+        t = self.inner.next_arrival()
+        return None if t is None else t + self.delay
+
+    def pop_arrivals(self, now: float) -> list[tuple[float, Call]]:
+        return self.inner.pop_arrivals(now - self.delay)
+
+    def finish(self, c: Call, now: float):
+        return self.inner.finish(c, now)

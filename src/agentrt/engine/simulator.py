@@ -52,10 +52,12 @@ from agentrt.engine.lifecycle import RequestLifecycle
 from agentrt.engine.metrics import Metrics
 from agentrt.engine.preemption import Preemption
 from agentrt.engine.presets import Preset
-from agentrt.engine.replay import WorkflowReplay
+from agentrt.engine.replay import DelayedArrivals, WorkflowReplay
 from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, WAITING, Request
-from agentrt.engine.tool_hints import ToolHints
+from agentrt.engine.tool_hints import RetainHints, ToolHints
+from agentrt.runtime.floor import RetentionFloor
 from agentrt.runtime.policy import Policy
+from agentrt.runtime.retention import Retention
 from agentrt.runtime.runtime import AgentRuntime
 from agentrt.sched.base import Scheduler
 from agentrt.sched.kvshare import TenantShares
@@ -76,6 +78,7 @@ class EngineConfig:
     max_batch_tokens: int = 8192
     max_running: int = 256
     cache_at: str = "prefill"          # when computed prompt blocks become hits: CACHE_AT
+    request_overhead_s: float = 0.0    # issue -> engine: an API server's path (a measured engine's)
 
     def __post_init__(self) -> None:
         if self.cache_at not in CACHE_AT:
@@ -100,18 +103,24 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
                  time_scale: float = 1.0,
                  progress: Callable[[int], None] | None = None,
                  scheduler: Scheduler | None = None, arrivals: WorkflowReplay | None = None,
-                 tool_hints: ToolHints | None = None, safety_net=True) -> None:
+                 tool_hints: ToolHints | None = None, retain: RetainHints | None = None,
+                 safety_net=True) -> None:
         """`arrivals` replaces the replay of `calls` (then ignored) with another source of the same
         interface (`pop_arrivals`, `next_arrival`, `finish`, `late_arrivals`): a cluster's feed.
         `tool_hints`: the framework announces each tool wait's expected duration (`tool_hints.py`);
-        None: it announces none (only that the call ended in a tool call). `safety_net`: the
-        runtime's LRU safety net (True, False or a `NetConfig`; ignored when `policy` is a runtime
-        already built)."""
+        None: it announces none (only that the call ended in a tool call). `retain`: the framework
+        sends kv.retain for a call's context when it ends in a tool call (`RetainHints`): the
+        policy is wrapped in the retention floor (`runtime/floor.py`), as vLLM's connector does.
+        `safety_net`: the runtime's LRU safety net (True, False or a `NetConfig`; ignored when
+        `policy` is a runtime already built)."""
         self.config = config
         self.tool_hints = tool_hints
+        self.retain = retain
         self.sched = scheduler if scheduler is not None else Scheduler()
         if getattr(self.sched, "kv_shares", False) and not isinstance(policy, AgentRuntime):
             policy = TenantShares(policy, getattr(self.sched, "weights", None))
+        if retain is not None and not isinstance(policy, AgentRuntime):
+            policy = RetentionFloor(policy, Retention(config.gpu_blocks, retain.budget))
         self.runtime = policy if isinstance(policy, AgentRuntime) else AgentRuntime(policy, safety_net=safety_net)
         self.policy = self.runtime.policy
         self.cost = CostModel(config.preset)
@@ -119,8 +128,9 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
         self.cache = RadixKVCache(config.gpu_blocks, config.host_blocks, self.runtime.ranker, config.block_bytes)
         self.runtime.touch_clock = lambda: self.cache.touch_clock
         self.runtime.cached_blocks = lambda: self.cache.gpu_used
-        if isinstance(self.policy, TenantShares):
-            self.policy.attach(self.cache)
+        shares = self.policy.inner if isinstance(self.policy, RetentionFloor) else self.policy
+        if isinstance(shares, TenantShares):
+            shares.attach(self.cache)
         self._reorders = self.sched.reorders
         self._view = CacheQueueView(self.cache, self) if self._reorders or self.sched.defers else None
         self._shapes = self.sched.shapes_batch
@@ -128,6 +138,8 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
         if self._at_schedule:
             self.sched.engine_caches_at_schedule()
         self.replay = arrivals if arrivals is not None else WorkflowReplay(calls, concurrency, time_scale)
+        if config.request_overhead_s > 0 and arrivals is None:
+            self.replay = DelayedArrivals(self.replay, config.request_overhead_s)
         self.metrics = Metrics()
         self.stream: list | None = [] if record_stream else None
         # (stream position, request key, +1 held / -1 released, tenant, hash ids): when a user

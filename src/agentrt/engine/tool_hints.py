@@ -46,3 +46,28 @@ class ToolHints:
             return wait_s
         z = random.Random(f"{self.seed}/{workflow}/{index}").gauss(0.0, 1.0)
         return wait_s * math.exp(self.sigma * z)
+
+
+@dataclass(slots=True, frozen=True)
+class RetainHints:
+    """A framework that, when a call ends in a tool call, sends vLLM's standard `kv.retain` for
+    the call's whole context (prompt and answer) at `priority`, for the tool time it announces
+    (the trace's, with lognormal error `sigma`: the same draw as `ToolHints` of that sigma and
+    seed). The engine keeps at most `budget` of its GPU blocks retained (`runtime/retention.py`)."""
+
+    sigma: float = 0.0
+    seed: int = 0
+    budget: float = 0.25
+    priority: int = 50
+
+    def __post_init__(self) -> None:
+        ToolHints(self.sigma, self.seed)             # the same check of sigma
+        if not (isinstance(self.budget, (int, float)) and 0.0 < self.budget <= 1.0):
+            raise ValueError(f"retain budget must be in (0, 1], got {self.budget!r}")
+
+    @classmethod
+    def maybe(cls, sigma: float | None, seed: int, budget: float = 0.25) -> "RetainHints | None":
+        return None if sigma is None else cls(float(sigma), seed, float(budget))
+
+    def duration(self, workflow: str, index: int, wait_s: float) -> float:
+        return ToolHints(self.sigma, self.seed).estimate(workflow, index, wait_s)

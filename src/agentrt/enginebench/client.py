@@ -6,15 +6,16 @@
   the simulator), `think_scale` scales think times (a live run takes real time).
 - Each call is one streamed `/v1/completions` request whose prompt is token ids (`render.py`),
   with `max_tokens` = the scaled output length, `ignore_eos` (a random model would stop early),
-  temperature 0, and the call's identity in `vllm_xargs` (`agentrt.vllm.identity`).
+  temperature 0, and the call's identity in `vllm_xargs` (`agentrt.wire.identity`).
 - Measured per call: TTFT (request sent -> first streamed token), end-to-end latency, prompt and
   cached tokens from the response's usage. Per workflow: first issue -> last finish.
 - Live answers: with the renderer's `live_outputs` each request asks for its generated token ids
   (`return_token_ids`), and a finished call's answer is handed to the renderer, so later prompts
   that carry it (the trace's `output_hash_ids`) send the tokens the engine generated.
-With `priorities` (`priority.py`), each request carries the integer `priority` its scheduler
-gives it at issue (for a vLLM server run with `--scheduling-policy priority`), and the scheduler
-is told of every call's end and every workflow's end.
+Through `agentrt serve` (`front.py`: a scheduler's admission gate), the identity goes as serve's
+headers (`X-Workflow-Id`, `X-Agent-Id`, `X-Tenant-Id`, `X-Workflow-End` on a workflow's last
+call), as a framework sends it; serve adds the engine's forms (kv_hints, `vllm_xargs`). A client
+cannot send kv_hints through serve, so a call's tool call is not announced to the engine there.
 A failed request is recorded with its error and still releases its workflow's successors, so one
 failure never stalls the replay.
 """
@@ -30,11 +31,10 @@ from typing import TYPE_CHECKING
 
 from agentrt.engine.replay import WorkflowReplay
 from agentrt.engine.tool_hints import ToolHints
-from agentrt.enginebench.priority import BenchPriorities
 from agentrt.enginebench.render import Renderer
 from agentrt.trace.schema import Call
-from agentrt.vllm.identity import xargs_for
-from agentrt.vllm.kvhints import agentrt_actions, envelope
+from agentrt.wire.identity import xargs_for
+from agentrt.wire.kvhints import agentrt_actions, envelope
 
 if TYPE_CHECKING:
     import httpx
@@ -50,7 +50,6 @@ class CallResult:
     ttft_s: float | None
     latency_s: float
     error: str | None = None
-    priority: int | None = None
     tenant: str = "default"
     generated: list[int] | None = None     # the answer's token ids (live answers only; dropped once used)
 
@@ -86,28 +85,37 @@ def scale_think(calls: list[Call], think_scale: float) -> list[Call]:
     return [replace(c, think_ms=c.think_ms * think_scale) for c in calls]
 
 
+def serve_headers(c: Call) -> dict[str, str]:
+    """The call's identity as `agentrt serve` reads it (what a framework sends)."""
+    h = {"x-workflow-id": c.workflow, "x-tenant-id": c.tenant, "x-workflow-end": "true" if c.last else "false"}
+    if c.agent:
+        h["x-agent-id"] = c.agent
+    return h
+
+
 async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt: list[int],
-               max_tokens: int, tool_call: bool, priority: int | None = None,
-               expected_s: float | None = None, token_ids: bool = False) -> CallResult:
+               max_tokens: int, tool_call: bool, expected_s: float | None = None,
+               token_ids: bool = False, front: bool = False) -> CallResult:
     """One call, streamed; `expected_s`: the tool time it announces (an `agentrt.tool_call` kv_hint);
-    `token_ids`: collect the answer's token ids (vLLM's `return_token_ids`)."""
+    `token_ids`: collect the answer's token ids (vLLM's `return_token_ids`); `front`: through
+    `agentrt serve`, identity in its headers."""
     import httpx
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
-            "vllm_xargs": xargs_for(c.workflow, c.agent, c.tenant, c.call, bool(c.last), tool_call)}
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    headers = serve_headers(c) if front else None
+    if not front:
+        body["vllm_xargs"] = xargs_for(c.workflow, c.agent, c.tenant, c.call, bool(c.last), tool_call)
     generated: list[int] | None = [] if token_ids else None
     if token_ids:
         body["return_token_ids"] = True
-    if expected_s is not None:
+    if expected_s is not None and not front:
         body["kv_transfer_params"] = {"kv_hints": envelope(
             agentrt_actions(tool_call=True, expected_s=expected_s), f"{c.workflow}/{c.call}")}
-    if priority is not None:
-        body["priority"] = priority
     t0 = time.perf_counter()
     ttft = None
     usage = None
     try:
-        async with client.stream("POST", url, json=body) as r:
+        async with client.stream("POST", url, json=body, headers=headers) as r:
             if r.status_code != 200:
                 text = (await r.aread()).decode(errors="replace")[:300]
                 raise RuntimeError(f"HTTP {r.status_code}: {text}")
@@ -127,23 +135,23 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt:
                     usage = msg["usage"]
     except (httpx.HTTPError, RuntimeError, json.JSONDecodeError) as e:
         return CallResult(c.workflow, c.call, len(prompt), 0, 0, None,
-                          time.perf_counter() - t0, error=repr(e)[:300], priority=priority, tenant=c.tenant)
+                          time.perf_counter() - t0, error=repr(e)[:300], tenant=c.tenant)
     lat = time.perf_counter() - t0
     usage = usage or {}
     details = usage.get("prompt_tokens_details") or {}
     return CallResult(c.workflow, c.call, int(usage.get("prompt_tokens", len(prompt))),
                       int(details.get("cached_tokens") or 0), int(usage.get("completion_tokens", 0)),
-                      ttft, lat, priority=priority, tenant=c.tenant, generated=generated)
+                      ttft, lat, tenant=c.tenant, generated=generated)
 
 
 async def replay(base_url: str, model: str, calls: list[Call], renderer: Renderer,
                  concurrency: int | None, time_scale: float = 1.0, think_scale: float = 1.0,
                  progress: Callable[[int], None] | None = None,
                  client: httpx.AsyncClient | None = None,
-                 priorities: BenchPriorities | None = None,
-                 tool_hints: ToolHints | None = None) -> ReplayResult:
-    """Replay `calls` against the server; with `tool_hints`, a call its successor waits on a tool
-    after announces that wait (think times scaled by `think_scale`), as the simulator does."""
+                 tool_hints: ToolHints | None = None, front: bool = False) -> ReplayResult:
+    """Replay `calls` against the server (`front`: an `agentrt serve` in front of vLLM); with
+    `tool_hints`, a call its successor waits on a tool after announces that wait (think times
+    scaled by `think_scale`), as the simulator does."""
     import httpx
     tools = tool_calls(calls)
     calls = scale_think(calls, think_scale)
@@ -163,15 +171,15 @@ async def replay(base_url: str, model: str, calls: list[Call], renderer: Rendere
             for _, c in rp.pop_arrivals(now):
                 if res.first_issue is None:
                     res.first_issue = now
-                prio = priorities.arrive(c, now) if priorities is not None else None
                 wait_ms = tools.get((c.workflow, c.call))
                 expected = (tool_hints.estimate(c.workflow, c.call, wait_ms * think_scale * 1e-3)
                             if tool_hints is not None and wait_ms is not None else None)
                 prompt = renderer.render(c)
                 task = asyncio.ensure_future(_one(client, url, model, c, prompt,
                                                   renderer.output_tokens(c),
-                                                  wait_ms is not None, prio, expected,
-                                                  token_ids=renderer.live_outputs and bool(c.output_hash_ids)))
+                                                  wait_ms is not None, expected,
+                                                  token_ids=renderer.live_outputs and bool(c.output_hash_ids),
+                                                  front=front))
                 pending[task] = (c, prompt)
             nxt = rp.next_arrival()
             if not pending and nxt is None:
@@ -193,12 +201,8 @@ async def replay(base_url: str, model: str, calls: list[Call], renderer: Rendere
                 fin = loop.time() - start
                 res.calls.append(r)
                 res.last_finish = max(res.last_finish, fin)
-                if priorities is not None:
-                    priorities.done(c, r.cached_tokens, r.error is None, fin)
                 _, ended = rp.finish(c, fin)
                 if ended is not None:
-                    if priorities is not None:
-                        priorities.workflow_ended(c, fin)
                     res.workflows += 1
                     first = ended.first_arrival if ended.first_arrival is not None else fin
                     res.e2e.append(fin - first)

@@ -76,6 +76,7 @@ class Load:
     name: str                 # e.g. "loaded", "unloaded"
     sec_multiplier: float     # the client's time factor (0.001: the trace's own speed)
     blocks: int               # the KV pool (--num-gpu-blocks-override)
+    requests: int = 200       # the trace's first lines replayed
 
 
 def connector_cost(base_url: str) -> dict[str, float]:
@@ -116,7 +117,10 @@ def _profiler(pid: int, seconds: float, out: Path):
     """py-spy sampling the engine core (all threads, 200 Hz) for `seconds`; None without py-spy."""
     import shutil
     import subprocess
-    spy = shutil.which("py-spy")
+    import sys
+    from pathlib import Path
+    beside = Path(sys.executable).with_name("py-spy")       # a virtual environment's, not on PATH
+    spy = str(beside) if beside.exists() else shutil.which("py-spy")
     if spy is None:
         return None
     return subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "200",
@@ -135,7 +139,7 @@ def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir:
              run: int, block_size: int = 32, profile_s: float = 0.0) -> dict:
     """One server for `v`, one client run; the client's summary plus the connector's counters
     (and, with `profile_s`, py-spy's breakdown of the engine core's time over that window)."""
-    from agentrt.vllm.launch import VLLMServer
+    from agentrt.local.launch import VLLMServer
     tag = f"{load.name}-{v.name}-{run}"
     srv = VLLMServer(model_dir, num_blocks=load.blocks, block_size=block_size, kv_connector=v.kv,
                      extra_env=v.env, log_path=str(log_dir / f"vllm-{tag}.log"), die_with_parent=True)
@@ -199,7 +203,7 @@ def loss(ratio: dict) -> float:
     return worst
 
 
-def measure(variants: list[Variant], loads: list[Load], trace_path: str, requests: int, runs: int,
+def measure(variants: list[Variant], loads: list[Load], trace_path: str, runs: int,
             model_dir: str, log_dir: Path, chunk: int = 16,
             progress: Callable[[str], None] = print, profile_s: float = 0.0) -> dict:
     """Every variant at every load, `runs` times round-robin; {load: {"variants", "vs_stock"}}.
@@ -207,7 +211,7 @@ def measure(variants: list[Variant], loads: list[Load], trace_path: str, request
     figures are then left out of the summary and kept as `profiles`)."""
     out: dict = {}
     for load in loads:
-        trace = TimedTrace(trace_path, requests, load.sec_multiplier, chunk)
+        trace = TimedTrace(trace_path, load.requests, load.sec_multiplier, chunk)
         raw: dict[str, list[dict]] = {v.name: [] for v in variants}
         profiles: dict[str, dict] = {}
         for run in range(runs + (1 if profile_s > 0 else 0)):
@@ -224,7 +228,7 @@ def measure(variants: list[Variant], loads: list[Load], trace_path: str, request
                          f"{r['request_throughput']:.2f} req/s  TTFT {r['mean_ttft_s']:.2f} s  "
                          f"TPOT {r['mean_tpot_ms']:.1f} ms  ({time.time() - t0:.0f} s with start-up)")
         summary = {name: summarize(rs) for name, rs in raw.items()}
-        out[load.name] = {"sec_multiplier": load.sec_multiplier, "blocks": load.blocks,
+        out[load.name] = {"sec_multiplier": load.sec_multiplier, "blocks": load.blocks, "requests": load.requests,
                           "variants": summary, "raw": raw, "profiles": profiles or None,
                           "vs_stock": versus_stock(summary) if "stock" in summary else {}}
     return out

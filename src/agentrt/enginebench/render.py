@@ -82,6 +82,13 @@ class Renderer:
         n = n_full * self.tokens_per_block + (round(tail * self.scale) if tail else 0)
         return max(1, n)
 
+    def sent_length(self, c: Call) -> int:
+        """The prompt tokens `render` sends for `c` (after any clipping)."""
+        n = self.prompt_length(c)
+        if self.max_model_len is not None:
+            n = min(n, max(1, self.max_model_len - self.output_tokens(c)))
+        return n
+
     def render(self, c: Call) -> list[int]:
         """The call's prompt as token ids (deterministic)."""
         n = self.prompt_length(c)

@@ -1,7 +1,7 @@
 """`agentrt bench --engine vllm`: replay one trace against a fresh vLLM server per policy.
 
-For each policy (stock vLLM, i.e. `lru`, always runs first as the baseline) a server is started
-with the local model (`agentrt.vllm.model`, built once, no downloads), the agentrt connector
+For each policy (`lru` always runs first as the baseline, unless `baseline` says otherwise) a server is started
+with the local model (`agentrt.local.model`, built once, no downloads), the agentrt connector
 configured with the policy, and an exact KV pool (`vllm_blocks` x `block_size` tokens), so the
 pool is small enough to evict on purpose. The same calls (the trace's evaluation split, cut to
 `max_calls` whole workflows) are replayed closed loop (`client.py`), then the server is stopped.
@@ -10,13 +10,20 @@ Per policy, the simulator's JSON schema (`bench/runner.py`), filled by `summary.
 from the engine's own prefix-cache counters, latencies measured at the client.
 Offline bounds (`belady`, `infinite`) are not engines: they are skipped here (use `--engine sim`).
 
-With a `scheduler` other than fcfs (`agentrt.sched`), stock vLLM (`lru`, fcfs) still runs first,
-as the baseline of the same run; then every policy asked for runs under the scheduler, labelled
-`POLICY+SCHEDULER`, on a server started with `--scheduling-policy priority`, each request carrying
-the priority a fresh scheduler instance gives it (`priority.py`). Each result names its
-`scheduler`, the server's `scheduling_policy` and the priorities sent (`priorities`). A scheduler
-with KV shares (`fair`) also has the connector share the pool by tenant (`tenant_shares`, with
-the scheduler's weights), as the simulator does, unless `tenant_shares` is off (priorities only).
+With a `scheduler` other than fcfs (`agentrt.sched`), stock vLLM (`lru`, fcfs, no serve) still
+runs first, as the baseline of the same run; then every policy asked for runs under the
+scheduler, labelled `POLICY+SCHEDULER`: the calls go through a real `agentrt serve --scheduler
+NAME` in front of the vLLM server (`front.py`), whose admission gate holds them and releases
+them in the scheduler's order while the engine has room: exactly what a user of `agentrt serve`
+gets. vLLM runs with `--scheduling-policy priority` there (the gate's priorities pick its
+preemption victims). Each result names its `scheduler`, the server's `scheduling_policy` and
+the gate's figures (`gate`: calls released by reason, hold time, serve's scheduler state). A
+scheduler with KV shares (`fair`) also has the connector share the pool by tenant
+(`tenant_shares`, with the scheduler's weights), as the simulator does, unless `tenant_shares`
+is off. `preset_file` (a preset measured on this engine) gives the gate its prefill times.
+`baseline`: "lru" (the default: the connector with `lru`, vLLM's own order), "stock" (vLLM with
+no connector at all, labelled `stock`) or "none" (only the runs asked for; what
+benchmarks/live_admission.py uses to run stock vLLM once per repetition).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from agentrt.bench.source import TraceSource
 from agentrt.engine.tool_hints import ToolHints
 from agentrt.enginebench import prom
 from agentrt.enginebench.client import ReplayResult, replay
-from agentrt.enginebench.priority import BenchPriorities
+from agentrt.enginebench.front import ServeFront
 from agentrt.enginebench.render import Renderer
 from agentrt.enginebench.summary import connector_stats, summarize
 from agentrt.errors import AgentrtError, TraceError
@@ -60,12 +67,14 @@ class EngineBenchOptions:
     policy_options: dict = field(default_factory=dict)
     log_dir: str | None = None
     reserved_cpus: int | None = None   # VLLM_CPU_NUM_OF_RESERVED_CPU for the server (None: vLLM's default)
-    scheduler: str = "fcfs"            # admission scheduler carried as vLLM priorities (agentrt.sched)
+    scheduler: str = "fcfs"            # admission scheduler: serve's gate in front of vLLM (agentrt.sched)
     scheduler_options: dict = field(default_factory=dict)
     startup_timeout_s: float = 300.0
     tool_hints: float | None = None    # calls announce their tool waits with this lognormal error
     tenant_shares: bool = True         # a scheduler with KV shares (fair) has the connector share the pool
     live_outputs: bool = True          # later prompts carry the engine's real answers (render.py)
+    preset_file: str | None = None     # the gate's prefill times (a preset measured on this engine)
+    baseline: str = "lru"              # the first run: lru (connector, lru), stock (no connector) or none
 
     def __post_init__(self) -> None:
         if self.vllm_blocks < 8:
@@ -81,6 +90,11 @@ class EngineBenchOptions:
         if self.max_calls is not None and self.max_calls <= 0:
             raise AgentrtError(f"--max-calls must be > 0, got {self.max_calls}")
         positive(self.tool_hints, "tool_hints", cli=True, allow_zero=True)
+        if self.baseline not in BASELINES:
+            raise AgentrtError(f"baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}")
+        if self.tool_hints is not None and self.scheduler != "fcfs":
+            raise AgentrtError("--tool-hints with --scheduler: the calls go through agentrt serve, whose "
+                               "clients cannot send kv_hints (run the scheduler without tool hints)")
         self.make_scheduler()           # a bad scheduler name or option fails here, before any run
 
     def make_scheduler(self):
@@ -93,6 +107,8 @@ class EngineBenchOptions:
 
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
+STOCK = "stock"                        # vLLM with no connector (the `stock` baseline)
+BASELINES = ("lru", STOCK, "none")
 
 
 def connector_shares(sched, on: bool = True) -> bool | dict | None:
@@ -103,19 +119,22 @@ def connector_shares(sched, on: bool = True) -> bool | dict | None:
     return dict(sched.weights) or True
 
 
-def plan_runs(policies: list[str], scheduler: str) -> list[tuple[str, str, str]]:
-    """(label, policy, scheduler) per server, in order: stock vLLM (lru, fcfs) first, then every
+def plan_runs(policies: list[str], scheduler: str, baseline: str = "lru") -> list[tuple[str, str, str]]:
+    """(label, policy, scheduler) per server, in order: the baseline (fcfs) first, then every
     policy under `scheduler`, labelled `POLICY+SCHEDULER` unless the scheduler is fcfs."""
-    from agentrt.vllm.priority import needs_priority
-    if not needs_priority(scheduler):
-        return [(p, p, scheduler) for p in (["lru"] if "lru" not in policies else []) + policies]
-    return [("lru", "lru", "fcfs")] + [(f"{p}+{scheduler}", p, scheduler) for p in policies]
+    from agentrt.wire.priority import needs_priority
+    gated = needs_priority(scheduler)
+    first = {"lru": [("lru", "lru", "fcfs")], "stock": [(STOCK, STOCK, "fcfs")], "none": []}[baseline]
+    if not gated and baseline == "lru" and "lru" in policies:
+        first = []
+    runs = [(f"{p}+{scheduler}", p, scheduler) if gated else (p, p, scheduler) for p in policies]
+    return first + runs
 
 
 def check_identities(calls: list[Call], path: str) -> None:
     """Refuse, before vLLM starts, a call whose tenant or ids the connector would drop (it would
     replay them as tenant `default` or without its workflow, and the results would look valid)."""
-    from agentrt.vllm.identity import refused_by_connector
+    from agentrt.wire.identity import refused_by_connector
     for c in calls:
         bad = refused_by_connector(c.workflow, c.agent, c.tenant)
         if bad is not None:
@@ -142,7 +161,7 @@ def cut_calls(calls, max_calls: int | None) -> list[Call]:
 
 
 async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBenchOptions,
-                   progress, priorities: BenchPriorities | None = None) -> tuple[ReplayResult, dict, dict]:
+                   progress, front: ServeFront | None = None) -> tuple[ReplayResult, dict, dict, dict | None]:
     import httpx
     async with httpx.AsyncClient(timeout=httpx.Timeout(1800.0, connect=30.0),
                                  limits=httpx.Limits(max_connections=1024)) as client:
@@ -151,26 +170,29 @@ async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBench
         (await client.post(srv.base_url + "/v1/completions", json=warm)).raise_for_status()
         before = await prom.scrape(client, srv.base_url)
         conc = opts.concurrency
-        res = await replay(srv.base_url, srv.served_name, calls, renderer, conc, opts.time_scale,
-                           opts.think_scale, progress, client, priorities,
-                           ToolHints.maybe(opts.tool_hints, opts.seed))
+        res = await replay(front.base_url if front else srv.base_url, srv.served_name, calls, renderer,
+                           conc, opts.time_scale, opts.think_scale, progress, client,
+                           ToolHints.maybe(opts.tool_hints, opts.seed), front=front is not None)
         after = await prom.scrape(client, srv.base_url)
-    return res, before, after
+        gate = await front.state(client) if front is not None else None
+    return res, before, after, gate
 
 
 def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBenchOptions,
                      progress: ProgressFactory | None = None, log=print) -> dict:
     from agentrt.vllm.config import kv_transfer_config
-    from agentrt.vllm.launch import VLLMServer
-    from agentrt.vllm.model import build_model, default_model_dir, model_info
+    from agentrt.local.launch import VLLMServer
+    from agentrt.local.model import build_model, default_model_dir, model_info
 
     check_names(policies)
     skipped = [p for p in policies if p in BOUNDS]
     real = [p for p in policies if p not in BOUNDS]
     if skipped:
         log(f"note: {', '.join(skipped)} are offline bounds, not engines: skipped (see --engine sim)")
-    runs = plan_runs(real, opts.scheduler)
-    real = list(dict.fromkeys(p for _, p, _ in runs))
+    runs = plan_runs(real, opts.scheduler, opts.baseline)
+    if not runs:
+        raise AgentrtError("no runs: the policies are empty and the baseline is none")
+    real = list(dict.fromkeys(p for _, p, _ in runs if p != STOCK))
     split = plan_split(source, real, BenchOptions(seed=opts.seed, train_fraction=opts.train_fraction,
                                                   train_path=opts.train_path))
     conc = replay_concurrency(opts.concurrency, source)
@@ -186,6 +208,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
     from agentrt.trace.writer import write_trace
     # what was replayed, for the simulator side by side: bench --trace replayed.jsonl --train train.jsonl
     write_trace(log_dir / "replayed.jsonl", source.header, calls)
+    write_engine_trace(log_dir / "replayed-engine.jsonl", source.header, calls, info["vocab"], opts)
     train_trace = opts.train_path
     if split and not train_trace:
         train_trace = str(log_dir / "train.jsonl")
@@ -204,31 +227,32 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
             ev_path.unlink(missing_ok=True)
             sched = opts.make_scheduler() if sched_name != "fcfs" else None   # a fresh one per run
             shares = connector_shares(sched, opts.tenant_shares)
-            kv = kv_transfer_config(name, options=opts.policy_options.get(name) or None,
-                                    event_log=str(ev_path), host_blocks=opts.host_blocks or None,
-                                    train_trace=train_trace if _needs_training(name) else None,
-                                    tenant_shares=shares)
-            prios = None
-            if sched is not None:
-                prios = BenchPriorities(sched, source.header.block_size, tpb,
-                                        sim_gpu_blocks * source.header.block_size)
+            kv = None if name == STOCK else kv_transfer_config(
+                name, options=opts.policy_options.get(name) or None, event_log=str(ev_path),
+                host_blocks=opts.host_blocks or None,
+                train_trace=train_trace if _needs_training(name) else None, tenant_shares=shares)
             srv = VLLMServer(str(model_dir), block_size=opts.block_size, num_blocks=opts.vllm_blocks,
                              kv_connector=kv, extra_env=env, log_path=str(log_dir / f"vllm-{label}.log"),
                              startup_timeout_s=opts.startup_timeout_s,
-                             scheduling_policy="priority" if prios is not None else "fcfs",
+                             scheduling_policy="priority" if sched is not None else "fcfs",
                              die_with_parent=True)    # a killed bench leaves no server behind
             srv.start()
             startup[label] = round(srv.startup_s or 0.0, 1)
+            front = None
             try:
+                if sched is not None:
+                    front = ServeFront(srv.base_url, sched_name, opts.block_size, dict(opts.scheduler_options),
+                                       opts.preset_file, str(log_dir / f"serve-{label}.log")).start()
                 cb = progress(label, len(calls)) if progress else None
-                res, before, after = asyncio.run(_run_one(srv, calls, renderer, opts, cb, prios))
+                res, before, after, gate = asyncio.run(_run_one(srv, calls, renderer, opts, cb, front))
             finally:
+                if front is not None:
+                    front.stop()
                 srv.stop()
             r = results[label] = summarize(res, before, after, connector_stats(ev_path))
             r.update(policy=name, scheduler=sched_name,
-                     scheduling_policy="priority" if prios is not None else "fcfs",
-                     priorities=prios.stats() if prios is not None else None,
-                     tenant_shares=shares, output_blocks_live=renderer.output_blocks_live,
+                     scheduling_policy="priority" if sched is not None else "fcfs",
+                     gate=gate, tenant_shares=shares, output_blocks_live=renderer.output_blocks_live,
                      output_blocks_synthetic=renderer.output_blocks_synthetic)
             clipped = renderer.clipped
     finally:
@@ -255,6 +279,20 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
     ordered = {lb: results[lb] for lb, _, _ in runs}
     return {"trace": source.label, "calls": first["calls"], "workflows": first["workflows"],
             "config": config, "results": ordered, "lru_reference": None}
+
+
+def write_engine_trace(path: Path, header, calls: list[Call], vocab: int, opts: EngineBenchOptions) -> None:
+    """The replayed calls as the engine was sent them (`trace/reblock.py`): what the simulator
+    replays on a preset measured on this engine (`agentrt calibrate`, benchmarks/fidelity.py)."""
+    from agentrt.trace.reblock import reblock
+    from agentrt.trace.writer import write_trace
+    r = Renderer(vocab, header.block_size, opts.scale, opts.seed, max_model_len=opts.max_model_len)
+    if opts.block_size % r.tokens_per_block:
+        return              # engine blocks do not align with rendered trace blocks: not written
+    from dataclasses import replace
+    scaled = [replace(c, think_ms=c.think_ms * opts.think_scale) for c in calls]   # as the client waits
+    head, sent = reblock(header, scaled, r.tokens_per_block, opts.block_size, r.sent_length, r.output_tokens)
+    write_trace(path, head, sent)
 
 
 def _needs_training(name: str) -> bool:

@@ -21,10 +21,14 @@ blocks an agent's calls share across two or more workflows.
 Cost: what a live workflow contributes depends only on its current agent (its "start"), so the
 policy keeps, per start, how many live workflows sit there and which of them wait between calls
 (in the order they went idle). Survival is recomputed over distinct starts (one bounded BFS each,
-cached until the learner changes), anchors only for the agents whose profile changed, and the
-idle warm-up scan visits distinct starts, not workflows: nothing per interval or per event is
-proportional to the number of open workflows. A workflow the runtime ended only to stay within
-its caps (reason "cap") teaches no END transition.
+cached until the learner changes), anchors only for the agents whose profile changed. The idle
+warm-up scan (`idle_starts.py`) visits distinct starts, not workflows, tenants in turn and each
+tenant's longest-idle first, at most `act_max_visits` starts per `act` (`act_tenant_visits` of one
+tenant); a start nothing was learned from (an invented agent id) is parked after one visit until
+the learner sees it again. So neither open workflows nor the agent ids a client invents make an
+`act` cost more, and one tenant's idle workflows never hold back another's warm-ups. A workflow
+the runtime ended only to stay within its caps (reason "cap") teaches no END transition.
+Workflows are keyed (tenant, workflow id), as the runtime keys them.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from agentrt.runtime import events as ev
 from agentrt.runtime.actions import WarmUp
 from agentrt.runtime.state import threads_of
 from agentrt.runtime.policy import Policy, Prediction
+from agentrt.policies.idle_starts import BARREN, IdleStarts
 from agentrt.policies.transitions import END, TransitionLearner
 from agentrt.policies.timing import MAX_AGENT_KEYS
 from agentrt.runtime.window import TenantKeyed
@@ -50,10 +55,16 @@ class CacheSagePolicy(Policy):
 
     def __init__(self, lookahead: int = 3, window: int = 8, survival_weight: float = 4.0,
                  recency_decay: float = 0.1, warmup: bool = True, warmup_min_prob: float = 0.5,
-                 warmup_message_tokens: int = 8, seed: int = 0) -> None:
+                 warmup_message_tokens: int = 8, act_max_visits: int = 256,
+                 act_tenant_visits: int = 64, seed: int = 0) -> None:
         super().__init__(seed)
         if lookahead < 1:
             raise ValueError(f"lookahead must be >= 1, got {lookahead}")
+        for name, v in (("act_max_visits", act_max_visits), ("act_tenant_visits", act_tenant_visits)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        self.act_max_visits = act_max_visits
+        self.act_tenant_visits = act_tenant_visits
         self.lookahead = lookahead
         self.learner = TransitionLearner(window)
         self.survival_weight = survival_weight
@@ -68,15 +79,13 @@ class CacheSagePolicy(Policy):
         self._warming: dict[tuple[str, str], float] = TenantKeyed(MAX_AGENT_KEYS)
         self.warmups_issued = 0
         # per live workflow with a path: its start (tenant, current agent); live workflows per start
-        self._start: dict[str, tuple[str, str]] = {}
+        self._start: dict[tuple[str, str], tuple[str, str]] = {}
         self._starts: dict[tuple[str, str], int] = {}
         # reach from each start (agent name -> p), valid for learner.observations == _reach_at
         self._reach: dict[tuple[str, str], dict[str, float]] = {}
         self._reach_at = -1
-        # idle workflows (between calls) per start, in the order they went idle (seq numbers)
-        self._idle: dict[tuple[str, str], dict[str, int]] = {}
-        self._idle_of: dict[str, tuple[str, str]] = {}
-        self._seq = 0
+        # idle workflows (between calls) per start, in the order they went idle
+        self._idle = IdleStarts()
         # anchors: tenant -> hash -> how many confirmed agent anchors hold it
         self._anchors: dict[str, dict[int, int]] = {}
         self._anchor_of: dict[tuple[str, str], frozenset] = {}
@@ -92,11 +101,11 @@ class CacheSagePolicy(Policy):
             info = e.call
             if info.warmup:
                 return
-            wid = info.workflow
+            wid = info.key
             wf = self.runtime.workflows.get(wid)
             if wf is not None and len(wf.path) >= 2:
-                self.learner.observe((wf.tenant, wf.path[-2]), (wf.tenant, wf.path[-1]))
-            self._not_idle(wid)
+                self._learn((wf.tenant, wf.path[-2]), (wf.tenant, wf.path[-1]))
+            self._idle.leave(wid)
             if wf is not None and wf.path:
                 self._move(wid, (wf.tenant, wf.path[-1]))
             self._anchor_dirty[(info.tenant, info.agent)] = None
@@ -104,27 +113,28 @@ class CacheSagePolicy(Policy):
             self._changed()
         elif t is ev.CallFinished:
             if not e.call.warmup:
-                wid = e.call.workflow
+                wid = e.call.key
                 start = self._start.get(wid)
-                if (start is not None and wid not in self._idle_of
-                        and wid in self.runtime.between_calls):
-                    self._seq += 1
-                    self._idle.setdefault(start, {})[wid] = self._seq
-                    self._idle_of[wid] = start
+                if start is not None and wid in self.runtime.between_calls:
+                    self._idle.join(wid, start)
                 self._changed()
         elif t is ev.WorkflowEnded:
-            wf = self.runtime.workflows.get(e.workflow)
+            wf = self.runtime.workflows.get(e.key)
             if wf is not None and wf.path and getattr(e, "reason", "end") != "cap":
-                self.learner.observe((wf.tenant, wf.path[-1]), END)
-            self._not_idle(e.workflow)
-            self._move(e.workflow, None)
+                self._learn((wf.tenant, wf.path[-1]), END)
+            self._idle.leave(e.key)
+            self._move(e.key, None)
             self._changed()
+
+    def _learn(self, src: tuple[str, str], dst) -> None:
+        self.learner.observe(src, dst)
+        self._idle.revive(src)         # what a warm-up from `src` could be has changed
 
     def _changed(self) -> None:
         self._dirty = True
         self.epoch += 1
 
-    def _move(self, wid: str, start: tuple[str, str] | None) -> None:
+    def _move(self, wid: tuple[str, str], start: tuple[str, str] | None) -> None:
         """The workflow's start becomes `start` (None: it left)."""
         old = self._start.get(wid)
         if old == start:
@@ -140,14 +150,6 @@ class CacheSagePolicy(Policy):
         else:
             self._start[wid] = start
             self._starts[start] = self._starts.get(start, 0) + 1
-
-    def _not_idle(self, wid: str) -> None:
-        start = self._idle_of.pop(wid, None)
-        if start is not None:
-            group = self._idle[start]
-            del group[wid]
-            if not group:
-                del self._idle[start]
 
     # ------------------------------------------------------------------ score
     def _reach_from(self, start: tuple[str, str]) -> dict[str, float]:
@@ -226,7 +228,7 @@ class CacheSagePolicy(Policy):
                 if shared:
                     v = self._survival.get((tenant, th.agent), 0.0)
                 elif not th.workflow.ended:
-                    start = self._start.get(th.workflow.id)
+                    start = self._start.get(th.workflow.key)
                     v = self._reach_from(start).get(th.agent, 0.0) if start is not None else 0.0
                 else:
                     continue
@@ -236,7 +238,7 @@ class CacheSagePolicy(Policy):
         return (self.survival_weight * s + math.exp(-self.recency_decay * age), block.last_touch)
 
     # ------------------------------------------------------------------ predict / act
-    def predict(self, horizon: int) -> dict[str, Prediction]:
+    def predict(self, horizon: int) -> dict[tuple[str, str], Prediction]:
         out = {}
         for wf in self.runtime.workflows.values():
             if not wf.path:
@@ -252,43 +254,47 @@ class CacheSagePolicy(Policy):
                 ends.append(ended)
                 steps.append({b[1]: p for b, p in nxt.items()})
                 dist = nxt
-            out[wf.id] = Prediction(wf.id, steps, ends)
+            out[wf.key] = Prediction(wf.id, steps, ends)
         return out
 
     def act(self, now: float, view) -> list:
-        """The first idle workflow (in the order they went idle) whose likely next agent's anchor
-        is missing from the GPU gets that anchor warmed. What decides it is the workflow's start,
-        so the scan visits distinct starts, each at the position of its longest-idle workflow."""
+        """An idle workflow whose likely next agent's anchor is missing from the GPU gets that
+        anchor warmed. What decides it is the workflow's start, so the scan visits distinct
+        starts: tenants in turn, each tenant's longest-idle first, within the visit bounds
+        (`idle_starts.py`)."""
         if not self.warmup or not view.idle or not self._idle:
             return []
-        rt = self.runtime
-        groups = self._idle
-        for start in sorted(groups, key=lambda k: next(iter(groups[k].values()))):
-            self.act_visits += 1
-            probs = self.learner.next_probs(start)
-            if not probs:
-                continue
-            nxt, p = max(probs.items(), key=lambda kv: (kv[1], str(kv[0])))
-            if nxt == END or p < self.warmup_min_prob:
-                continue
-            key = nxt
-            if key in self._warming:
-                continue
-            prof = rt.profile(*key)
-            if prof is None or prof.anchor_workflows < 2 or not prof.anchor:
-                continue
-            tenant = start[0]
-            if view.gpu_prefix(tenant, prof.anchor) >= len(prof.anchor):
-                continue
-            self._warming[key] = now
-            self.warmups_issued += 1
-            bs = view.block_size
-            return [WarmUp(tenant, key[1], list(prof.anchor),
-                           len(prof.anchor) * bs + self.warmup_message_tokens)]
-        return []
+        found, visits = self._idle.scan(lambda start: self._judge(start, view),
+                                        self.act_max_visits, self.act_tenant_visits)
+        self.act_visits += visits
+        if found is None:
+            return []
+        key, prof = found
+        self._warming[key] = now
+        self.warmups_issued += 1
+        return [WarmUp(key[0], key[1], list(prof.anchor),
+                       len(prof.anchor) * view.block_size + self.warmup_message_tokens)]
+
+    def _judge(self, start: tuple[str, str], view):
+        """(next agent, its profile) to warm from `start`; None: not now; BARREN: nothing until
+        the learner sees `start` again (no successor likely enough to warm)."""
+        probs = self.learner.next_probs(start)
+        if not probs:
+            return BARREN
+        nxt, p = max(probs.items(), key=lambda kv: (kv[1], str(kv[0])))
+        if nxt == END or p < self.warmup_min_prob:
+            return BARREN
+        if nxt in self._warming:
+            return None
+        prof = self.runtime.profile(*nxt)
+        if prof is None or prof.anchor_workflows < 2 or not prof.anchor:
+            return None
+        if view.gpu_prefix(start[0], prof.anchor) >= len(prof.anchor):
+            return None
+        return nxt, prof
 
     def state_bytes(self) -> int:
         return (self.learner.state_bytes() + 80 * len(self._survival) + 80 * len(self._warming)
-                + 100 * len(self._start) + 100 * len(self._idle_of) + 80 * len(self._starts)
+                + 100 * len(self._start) + 100 * len(self._idle.of) + 80 * len(self._starts)
                 + sum(60 * len(r) for r in self._reach.values())
                 + sum(40 * len(r) for r in self._anchors.values()))

@@ -51,17 +51,17 @@ class KVFlowPolicy(Policy):
 
     # ------------------------------------------------------------------ offline
     def train(self, calls, block_size: int = 16) -> None:
-        last: dict[str, str] = {}
+        last: dict[tuple[str, str], str] = {}
         for c in calls:
             agent = call_agent(c, block_size)
-            prev = last.get(c.workflow)
+            prev = last.get((c.tenant, c.workflow))
             if prev is not None:
                 self.edges.setdefault(prev, {})[agent] = None
             else:
                 self.edges.setdefault(agent, {})
-            last[c.workflow] = agent
+            last[(c.tenant, c.workflow)] = agent
             if c.last:
-                last.pop(c.workflow, None)
+                last.pop((c.tenant, c.workflow), None)
             self.trained_calls += 1
         self.dist = {a: self._bfs(a) for a in self.edges}
 
@@ -106,7 +106,7 @@ class KVFlowPolicy(Policy):
     def score(self, block):
         return (-self.block_steps(block), block.last_touch)
 
-    def predict(self, horizon: int) -> dict[str, Prediction]:
+    def predict(self, horizon: int) -> dict[tuple[str, str], Prediction]:
         out = {}
         for wf in self.runtime.workflows.values():
             if not wf.path:
@@ -116,7 +116,7 @@ class KVFlowPolicy(Policy):
             for k in range(1, horizon + 1):
                 due = [a for a, s in d.items() if s == k]
                 steps.append({a: 1.0 / len(due) for a in due})
-            out[wf.id] = Prediction(wf.id, steps, [0.0] * horizon)
+            out[wf.key] = Prediction(wf.id, steps, [0.0] * horizon)
         return out
 
     def act(self, now: float, view) -> list:

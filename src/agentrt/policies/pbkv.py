@@ -145,11 +145,11 @@ class PBKVHEPolicy(PBKVLAEPolicy):
         t = type(e)
         if t is ev.CallArrived or t is ev.CallFinished:
             if not e.call.warmup:
-                self._dirty[e.call.workflow] = None
+                self._dirty[e.call.key] = None
                 self.epoch += 1
         elif t is ev.WorkflowEnded:
-            self._dirty.pop(e.workflow, None)
-            self._out.pop(e.workflow, None)
+            self._dirty.pop(e.key, None)
+            self._out.pop(e.key, None)
             self.epoch += 1
 
     def _predict_dirty(self) -> list:
@@ -170,7 +170,7 @@ class PBKVHEPolicy(PBKVLAEPolicy):
             q = self._rng.dirichlet(np.ones(out.shape[2]), size=out.shape[:2])
             out = (1.0 - self.noise) * out + self.noise * q
         for w, o in zip(wfs, out):
-            self._out[w.id] = o
+            self._out[w.key] = o
         return list(zip(wfs, out))
 
     def _refresh(self) -> None:
@@ -198,14 +198,14 @@ class PBKVHEPolicy(PBKVLAEPolicy):
             return (0, block.last_touch)
         return (1, s, block.last_touch)
 
-    def predict(self, horizon: int) -> dict[str, Prediction]:
+    def predict(self, horizon: int) -> dict[tuple[str, str], Prediction]:
         self._refresh()
         agents = self.predictor.agents if self.predictor is not None else []
         out = {}
         for wid, o in self._out.items():
             k = min(horizon, o.shape[0])
             steps = [{a: float(o[j, i]) for i, a in enumerate(agents)} for j in range(k)]
-            out[wid] = Prediction(wid, steps, [float(o[j, -1]) for j in range(k)])
+            out[wid] = Prediction(wid[1], steps, [float(o[j, -1]) for j in range(k)])
         return out
 
     def state_bytes(self) -> int:
@@ -231,7 +231,7 @@ class PBKVPolicy(PBKVHEPolicy):
         cands = []
         idx = self._index
         for wf in self.runtime.between_calls.values():
-            o = self._out.get(wf.id)
+            o = self._out.get(wf.key)
             if wf.running or o is None:
                 continue
             for agent, th in wf.threads.items():
@@ -240,7 +240,7 @@ class PBKVPolicy(PBKVHEPolicy):
                     continue
                 p1 = float(o[0, i])
                 if p1 > 0.0 and th.last_node is not None and view.on_host(th.last_node):
-                    cands.append((p1, th.value, wf.id, th))
+                    cands.append((p1, th.value, wf.key, th))
         cands.sort(key=lambda c: (-c[0], -c[1], c[2]))
         out = []
         for p1, value, _, th in cands:

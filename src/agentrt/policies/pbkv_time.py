@@ -100,7 +100,7 @@ class PBKVTimePolicy(PBKVPolicy):
         self.turns = bool(turns)
         self._steps: OnlineSteps | None = None   # online forecasts (option `online`)
         self.judge = ForecastJudge()             # trained or online, per agent (option `online`)
-        self._out_len: dict[str, int] = {}       # workflow -> path length its `_out` forecast saw
+        self._out_len: dict[tuple[str, str], int] = {}   # (tenant, workflow) -> path length its `_out` forecast saw
         # per-agent tables, bounded max-min by tenant (`TenantKeyed`)
         self._tail: dict[tuple[str, str], _Tail] = TenantKeyed(MAX_AGENT_KEYS)   # agent -> blocks its next call drops
         self.now = 0.0
@@ -119,17 +119,17 @@ class PBKVTimePolicy(PBKVPolicy):
         elif t is ev.CallFinished and not e.call.warmup:
             self.times.finished(e.now, e.call, e.tool_call, e.tool_expected_s)
         elif t is ev.WorkflowEnded:
-            self.times.ended(e.workflow)
+            self.times.ended(e.key)
             if self.online:
                 self._learn_end(e)
-            self._out_len.pop(e.workflow, None)
+            self._out_len.pop(e.key, None)
         super().observe(e)
 
     def _arrived(self, e) -> None:
         info = e.call
         key = (info.tenant, info.agent)
         self.times.arrived(e.now, info)
-        wf = self.runtime.workflows.get(info.workflow)
+        wf = self.runtime.workflows.get(info.key)
         if self.online and wf is not None:
             if len(wf.path) >= 2:
                 self._judge(wf, wf.path[-2], info.agent, len(wf.path) - 1)
@@ -166,7 +166,7 @@ class PBKVTimePolicy(PBKVPolicy):
             self._online_steps().observe(wf.tenant, wf.path[-2], agent)
 
     def _learn_end(self, e) -> None:
-        wf = self.runtime.workflows.get(e.workflow)
+        wf = self.runtime.workflows.get(e.key)
         if e.reason != "cap" and wf is not None and wf.path:
             self._judge(wf, wf.path[-1], END, len(wf.path))
             self._online_steps().observe(e.tenant, wf.path[-1], END)
@@ -175,9 +175,9 @@ class PBKVTimePolicy(PBKVPolicy):
         """Score the trained and the online forecast of the call after `src`'s (`dst`: an agent
         or END), both made before it: the trained one from the workflow's latest prediction if
         that saw the first `seen` calls of its path, i.e. was made after `src`'s call arrived."""
-        if src not in self._index or self._out_len.get(wf.id) != seen:
+        if src not in self._index or self._out_len.get(wf.key) != seen:
             return
-        o = self._out.get(wf.id)
+        o = self._out.get(wf.key)
         if o is None:
             return
         j = o.shape[1] - 1 if dst == END else self._index.get(dst)
@@ -187,7 +187,7 @@ class PBKVTimePolicy(PBKVPolicy):
     def _predict_dirty(self) -> list:
         got = super()._predict_dirty()
         for w, _ in got:
-            self._out_len[w.id] = len(w.path)
+            self._out_len[w.key] = len(w.path)
         return got
 
     # ------------------------------------------------------------------ densities
@@ -228,7 +228,7 @@ class PBKVTimePolicy(PBKVPolicy):
                     c = row_costs[(tenant, current)] = np.array(
                         [self._cost(costs, tenant, a, svc_all, gap_all) for a in index])
             else:
-                o = self._out.get(wf.id)
+                o = self._out.get(wf.key)
                 if o is None:
                     continue
                 p, index = o[:, :-1], idx                   # (K, V)

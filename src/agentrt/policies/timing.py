@@ -61,12 +61,12 @@ class AgentTimes:
         self.err_log: dict[tuple[str, str], LogStats] = TenantKeyed(MAX_AGENT_KEYS)
         self.err_log_all = LogStats()
         self._inflight: dict[int, tuple[float, str]] = {}     # rid -> (arrival, agent)
-        # workflow -> its latest finish: (time, agent, ended in a tool call, announced tool time)
-        self._since: dict[str, tuple[float, str, bool, float | None]] = {}
+        # (tenant, workflow) -> its latest finish: (time, agent, ended in a tool call, announced tool time)
+        self._since: dict[tuple[str, str], tuple[float, str, bool, float | None]] = {}
 
     def arrived(self, now: float, info) -> None:
         self._inflight[info.rid] = (now, info.agent)
-        last = self._since.pop(info.workflow, None)
+        last = self._since.pop(info.key, None)
         if last is not None:
             t_fin, prev, tool, expected = last
             gap = max(0.0, now - t_fin)
@@ -89,10 +89,10 @@ class AgentTimes:
             self.svc_all.add(d)
         if expected_s is not None:
             expected_s = max(expected_s, MIN_GAP)      # "no wait at all" is a very short one
-        self._since[info.workflow] = (now, started[1] if started else info.agent, tool_call, expected_s)
+        self._since[info.key] = (now, started[1] if started else info.agent, tool_call, expected_s)
 
-    def ended(self, workflow: str) -> None:
-        self._since.pop(workflow, None)
+    def ended(self, key: tuple[str, str]) -> None:
+        self._since.pop(key, None)
 
     def svc_mean(self, tenant: str, agent: str, default: float, elapsed: float = 0.0) -> float:
         d = self.svc.get((tenant, agent))
@@ -124,7 +124,7 @@ class AgentTimes:
             agent = wf.path[-1]
             left = self.svc_mean(wf.tenant, agent, svc_all, max(0.0, now - wf.last_seen))
             return now + left + self.gap_mean(wf.tenant, agent, None, gap_all)
-        since = self._since.get(wf.id)
+        since = self._since.get(wf.key)
         if since is None:
             return now
         t_fin, agent, tool, expected = since

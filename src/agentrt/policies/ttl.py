@@ -52,7 +52,7 @@ class TTLPolicy(Policy):
         self.now = e.now
         t = type(e)
         if t is ev.CallFinished and e.tool_call and not e.call.warmup:
-            wf = self.runtime.workflows.get(e.call.workflow)
+            wf = self.runtime.workflows.get(e.call.key)
             th = wf.threads.get(e.call.agent) if wf is not None else None
             if th is not None:
                 until = e.now + self._ttl_for(e.call.tenant, th.agent)
@@ -61,7 +61,7 @@ class TTLPolicy(Policy):
                 self.pins += 1
                 self.epoch += 1
         elif t is ev.CallArrived and not e.call.warmup:
-            wf = self.runtime.workflows.get(e.call.workflow)
+            wf = self.runtime.workflows.get(e.call.key)
             if wf is not None:
                 released = False
                 for th in wf.threads.values():

@@ -193,8 +193,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from ray import serve
 
     from agentrt.ray.deploy import EngineSpec, build_app, local_ray
-    from agentrt.vllm.launch import VLLMServer, free_port
-    from agentrt.vllm.model import build_model, default_model_dir
+    from agentrt.local.launch import VLLMServer, free_port
+    from agentrt.local.model import build_model, default_model_dir
 
     model = a.model or str(build_model(default_model_dir("tiny"), "tiny"))
     work = f"/tmp/agentrt-ray-bench-{os.getpid()}"

@@ -3,8 +3,8 @@ agentrt (or, for comparison, by one of Ray's own request routers).
 
 Model
 - `VLLMReplica` is a plain Serve deployment; each replica runs one vLLM OpenAI server as a
-  subprocess (`agentrt.vllm.launch.VLLMServer`: prefix caching on, per-response
-  `cached_tokens`; under `agentrt.vllm.supervise`, so it ends with the actor) and forwards `AgentCall` bodies to it over HTTP on 127.0.0.1. vLLM publishes
+  subprocess (`agentrt.local.launch.VLLMServer`: prefix caching on, per-response
+  `cached_tokens`; under `agentrt.local.supervise`, so it ends with the actor) and forwards `AgentCall` bodies to it over HTTP on 127.0.0.1. vLLM publishes
   its KV events on a ZMQ socket the replica binds (`ipc://` in a temporary directory by default,
   one node; `kv_transport="tcp"` binds `tcp://*:PORT` and reports the node's address, for
   multi-node clusters), and the replica reports that endpoint, its block size and its block count
@@ -98,7 +98,7 @@ class VLLMReplica:
             spec.read_timeout_s, connect=10.0))
 
     def _start(self, spec: EngineSpec) -> None:
-        from agentrt.vllm.launch import VLLMServer, free_port
+        from agentrt.local.launch import VLLMServer, free_port
         work = self.work = Path(tempfile.mkdtemp(prefix="agentrt-ray-"))
         args = list(spec.vllm_args)
         if spec.kv_events:

@@ -37,6 +37,11 @@ class CallInfo:
     def n_full(self) -> int:
         return self.input_length // self.block_size
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """The workflow's key in the runtime: workflow ids are unique only within a tenant."""
+        return (self.tenant, self.workflow)
+
 
 @dataclass(slots=True)
 class CallArrived:
@@ -93,6 +98,11 @@ class WorkflowEnded:
     workflow: str
     tenant: str
     reason: str = "end"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(tenant, workflow): the runtime ends only that tenant's workflow of this id."""
+        return (self.tenant, self.workflow)
 
 
 Event = Union[CallArrived, CallAdmitted, PromptCached, CallFinished, BlocksEvicted, WorkflowEnded]

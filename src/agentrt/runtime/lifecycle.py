@@ -2,7 +2,9 @@
 
 Model
 - A workflow opens with its first call and is dropped when it ends: its framework says so
-  (`WorkflowEnded`, reason "end"), or the runtime decides it is over.
+  (`WorkflowEnded`, reason "end"), or the runtime decides it is over. Workflows are keyed by
+  (tenant, workflow id) (`WorkflowState.key`): ids are the tenants' own, so an end or a call
+  naming tenant B's `run-42` never reaches tenant A's.
 - Caps: at most `max_workflows_per_tenant` open workflows per tenant and `max_workflows` in all.
   A new workflow over a cap first ends the tenant's (resp. the runtime's) oldest idle workflow
   (no call in flight; least recently active first): reason "cap", counted in `forced_ends`. A
@@ -31,9 +33,10 @@ class WorkflowLifecycle:
     instance; `_init_lifecycle` sets up the rest."""
 
     def _init_lifecycle(self) -> None:
-        self.workflows: dict[str, WorkflowState] = {}
-        # live workflows with no call in flight, least recently active first; per tenant too
-        self.between_calls: OrderedDict[str, WorkflowState] = OrderedDict()
+        self.workflows: dict[tuple[str, str], WorkflowState] = {}      # (tenant, id) -> state
+        # live workflows with no call in flight, least recently active first (by key); per tenant
+        # too (by id)
+        self.between_calls: OrderedDict[tuple[str, str], WorkflowState] = OrderedDict()
         self._idle_by_tenant: dict[str, OrderedDict[str, WorkflowState]] = {}
         self._open_by_tenant: dict[str, int] = {}
         self.forced_ends = 0         # workflows ended by the caps (reason "cap")
@@ -69,8 +72,8 @@ class WorkflowLifecycle:
                 self.on_end(wf, reason)
 
     def _drop(self, wf: WorkflowState) -> None:
-        if self.workflows.get(wf.id) is wf:
-            del self.workflows[wf.id]
+        if self.workflows.get(wf.key) is wf:
+            del self.workflows[wf.key]
             n = self._open_by_tenant[wf.tenant] - 1
             if n:
                 self._open_by_tenant[wf.tenant] = n
@@ -79,15 +82,15 @@ class WorkflowLifecycle:
         self._not_idle(wf)
 
     def _idle(self, wf: WorkflowState) -> None:
-        self.between_calls[wf.id] = wf
+        self.between_calls[wf.key] = wf
         t = self._idle_by_tenant.get(wf.tenant)
         if t is None:
             t = self._idle_by_tenant[wf.tenant] = OrderedDict()
         t[wf.id] = wf
 
     def _not_idle(self, wf: WorkflowState) -> None:
-        if self.between_calls.get(wf.id) is wf:
-            del self.between_calls[wf.id]
+        if self.between_calls.get(wf.key) is wf:
+            del self.between_calls[wf.key]
             t = self._idle_by_tenant[wf.tenant]
             del t[wf.id]
             if not t:
@@ -108,6 +111,10 @@ class WorkflowLifecycle:
             while len(self.workflows) >= cap and self.between_calls:
                 self.forced_ends += 1
                 self._end(next(iter(self.between_calls.values())), now, "cap")
+
+    def workflow(self, tenant: str, wid: str) -> WorkflowState | None:
+        """The live workflow `wid` of `tenant`, if open."""
+        return self.workflows.get((tenant, wid))
 
     def open_workflows(self, tenant: str | None = None) -> int:
         """Open workflows, of one tenant or in all."""

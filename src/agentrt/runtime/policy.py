@@ -62,7 +62,8 @@ class Policy:
         """Sort key of an evictable block: lowest goes first. Default: least recently touched."""
         return block.last_touch
 
-    def predict(self, horizon: int) -> dict[str, Prediction]:
+    def predict(self, horizon: int) -> dict[tuple[str, str], Prediction]:
+        """Per live workflow, keyed (tenant, workflow id) as the runtime keys them."""
         return {}
 
     def act(self, now: float, view) -> list:

@@ -5,8 +5,9 @@ feed it events; the cache ranks blocks through it. The runtime does what every a
 needs, once:
 - identity: the agent named by the trace or request, else one inferred from the prompt's anchor
   (`identity.py`), so frameworks that send no metadata still get agents;
-- workflow lifecycles: a table of live workflows (agent path, threads, calls in flight), dropped
-  when a workflow ends or stays silent for `silent_after_s` with nothing in flight;
+- workflow lifecycles: a table of live workflows (agent path, threads, calls in flight) keyed by
+  (tenant, workflow id), dropped when a workflow ends or stays silent for `silent_after_s` with
+  nothing in flight; a `WorkflowEnded` ends only its own tenant's workflow of that id;
 - bounded state: at most `max_workflows_per_tenant` open workflows per tenant and `max_workflows`
   in all, and a silence sweep (`lifecycle.py`);
 - bounded threads: a workflow has at most `max_threads_per_workflow` threads (1,024: no framework
@@ -91,7 +92,10 @@ class AgentRuntime(WorkflowLifecycle):
             config = NetConfig()
         if not config or not config.enabled or not getattr(policy, "safety_net", True):
             return None
-        if type(policy).score is Policy.score and not policy.acts:
+        core = policy
+        while getattr(core, "inner", None) is not None:
+            core = core.inner         # under tenant shares and the retention floor
+        if type(core).score is Policy.score and not core.acts:
             return None               # LRU itself: nothing to fall back to
         return SafetyNet(policy, config)
 
@@ -161,7 +165,7 @@ class AgentRuntime(WorkflowLifecycle):
             self._finished(e)
         elif t is ev.WorkflowEnded:
             # the policy sees the ended workflow (ended=True) before the runtime drops it
-            wf = self.workflows.get(e.workflow)
+            wf = self.workflows.get(e.key)
             if wf is not None:
                 wf.ended = True
             try:
@@ -198,10 +202,11 @@ class AgentRuntime(WorkflowLifecycle):
         if info.warmup:
             return
         agent = self.resolve_agent(info)
-        wf = self.workflows.get(info.workflow)
+        wf = self.workflows.get(info.key)
         if wf is None:
             self._make_room(info.tenant, e.now)
-            wf = self.workflows[info.workflow] = WorkflowState(info.workflow, info.tenant, e.now)
+            wf = WorkflowState(info.workflow, info.tenant, e.now)
+            self.workflows[wf.key] = wf
             self._open_by_tenant[info.tenant] = self._open_by_tenant.get(info.tenant, 0) + 1
         cap = self.max_threads_per_workflow
         if cap is not None and agent not in wf.threads and len(wf.threads) >= cap:

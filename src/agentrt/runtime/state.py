@@ -1,7 +1,8 @@
 """The runtime's state, keyed by agent identity: workflows, agent threads, agent profiles, block tags.
 
 - `WorkflowState`: one live workflow run: its tenant, the agents it has called in order, its
-  threads, when it was last heard from. Dropped when the workflow ends or goes silent.
+  threads, when it was last heard from. Dropped when the workflow ends or goes silent. Keyed by
+  `key` = (tenant, id) everywhere: two tenants' `run-42` are two workflows.
 - `Thread`: one agent inside one workflow (its growing prompt); the unit a block belongs to.
   Policies cache per-thread values on it (`value`, `pinned_until`).
 - `AgentProfile`: what is known of an agent across workflows: its anchor (the leading blocks
@@ -39,12 +40,13 @@ class Thread:
 
 
 class WorkflowState:
-    __slots__ = ("id", "tenant", "path", "threads", "last_seen", "ended", "running", "last_finish",
+    __slots__ = ("id", "tenant", "key", "path", "threads", "last_seen", "ended", "running", "last_finish",
                  "last_agent", "signal", "extra", "calls")
 
     def __init__(self, wid: str, tenant: str, now: float) -> None:
         self.id = wid
         self.tenant = tenant
+        self.key = (tenant, wid)               # ids are unique only within a tenant
         self.path: list[str] = []              # agents called so far, in order
         self.threads: dict[str, Thread] = {}
         self.last_seen = now

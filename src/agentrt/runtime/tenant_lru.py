@@ -59,6 +59,11 @@ class TenantLRU:
     def items(self):
         return self._all.items()
 
+    def oldest(self, tenant: str) -> Key | None:
+        """The tenant's least recently used key, or None when it holds none."""
+        o = self._order.get(tenant)
+        return (tenant, next(iter(o))) if o else None
+
     def tenant_size(self, tenant: str) -> int:
         o = self._order.get(tenant)
         return len(o) if o is not None else 0

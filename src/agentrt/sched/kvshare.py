@@ -26,21 +26,16 @@ Cost: a re-check is O(active tenants) (1,000 tenants: about 0.2 ms, `benchmarks/
 from __future__ import annotations
 
 from agentrt.runtime import events as ev
-from agentrt.runtime.actions import Prefetch
 from agentrt.runtime.policy import Policy
+from agentrt.runtime.wrapped import WrappedPolicy
 
-_FORWARDED_FLAGS = ("needs_tags", "acts", "untags_dead_branches")
 
-
-class TenantShares(Policy):
+class TenantShares(WrappedPolicy):
     def __init__(self, inner: Policy, weights: dict[str, float] | None = None,
                  hysteresis: float = 0.05, recheck_on_events: bool = True) -> None:
         if not 0.0 <= hysteresis < 1.0:
             raise ValueError(f"hysteresis must be in [0, 1), got {hysteresis}")
-        self.inner = inner
-        self.name = inner.name
-        self.seed = inner.seed
-        self.runtime = None
+        super().__init__(inner)
         self.weights = dict(weights or {})
         self.hysteresis = hysteresis
         # False: the owner calls `recheck` itself (vLLM's connector: once per scheduler step)
@@ -49,36 +44,10 @@ class TenantShares(Policy):
         self.beyond: set[str] = set()     # of those, over the max-min level
         self.inflight: dict[str, int] = {}
         self.cache = None
-        self._bumps = 0
-        self.dynamic = True
-        self.wants_events = True
-        for flag in _FORWARDED_FLAGS:
-            setattr(self, flag, getattr(inner, flag))
-
-    def __getattr__(self, item):
-        # anything else (a predictor, training hooks) is the wrapped policy's
-        if item == "inner":
-            raise AttributeError(item)
-        return getattr(self.inner, item)
-
-    @property
-    def epoch(self) -> int:
-        return self.inner.epoch + self._bumps
-
-    @property
-    def needs_training(self) -> bool:
-        return self.inner.needs_training
 
     def attach(self, cache) -> None:
         """The cache whose per-tenant block counts define the shares."""
         self.cache = cache
-
-    def bind(self, runtime) -> None:
-        self.runtime = runtime
-        self.inner.bind(runtime)
-
-    def train(self, calls, block_size: int = 16) -> None:
-        self.inner.train(calls, block_size)
 
     def observe(self, e) -> None:
         t = type(e)
@@ -144,21 +113,10 @@ class TenantShares(Policy):
         """The LRU order the safety net falls back to keeps the share tiers (`runtime/safety_net.py`)."""
         return (self._tier(block.tenant), block.last_touch)
 
-    def predict(self, horizon: int):
-        return self.inner.predict(horizon)
-
-    def act(self, now: float, view) -> list:
-        acts = self.inner.act(now, view)
-        for a in acts:
-            # a prefetch's bound is in the wrapped policy's key space: within-share blocks must
-            # rank below it, and every block of a tenant over its share already does
-            if isinstance(a, Prefetch) and a.evict_below is not None:
-                a.evict_below = self.bound(a.evict_below)
-        return acts
-
     @staticmethod
     def bound(evict_below):
-        """A wrapped policy's eviction bound in this wrapper's key space."""
+        """A wrapped policy's eviction bound in this wrapper's key space: within-share blocks
+        must rank below it, and every block of a tenant over its share already does."""
         return (2, evict_below)
 
     def stats(self) -> dict[str, int | float]:

@@ -2,10 +2,16 @@
 upstream request (mixed into `RuntimeBridge`, whose state it reads).
 
 Model
-- `run` waits for a wake-up (the last in-flight call ended) or `act_interval_s`, then `act_once`:
-  nothing while a user call or a warm-up is in flight; otherwise `runtime.act(now, view)` on the
-  server's estimate of the engine (`view.py`), and each `WarmUp` is sent while no user call has
-  arrived in the meantime. Other actions have nothing to act on here and are counted as ignored.
+- `run` waits for a wake-up (no call waits for its first answer byte any more) or
+  `act_interval_s`, then `act_once`: nothing while a warm-up is in flight or a user call waits for
+  the first byte of its answer (its prefill may be queued or running: a warm-up would compete);
+  calls already answering (a long stream decoding) do not hold warm-ups back, so one tenant's
+  stream never blocks another's warm-ups. Otherwise `runtime.act(now, view)` on the server's
+  estimate of the engine (`view.py`), and each `WarmUp` is sent while no user call has arrived in
+  the meantime. Other actions have nothing to act on here and are counted as ignored.
+- Warm-up share (`WarmupShare`): the seconds a tenant's warm-ups kept the upstream busy decay
+  over a minute; a tenant above `share` of that minute sends none (outcome "share") until it
+  decays, so no tenant can keep the engine busy with warm-ups at the others' expense.
 - A warm-up is the agent's anchor plus a minimal user message with max_tokens=1 (`warmup_body`),
   a workflow of its own under the agent's tenant and `cache_salt`, marked `agentrt_warmup` so the
   engine does not learn from it, at `WARMUP_PRIORITY` when a scheduler sets priorities. The
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
 
 from agentrt.runtime import events as ev
@@ -27,7 +34,7 @@ from agentrt.serve.blocks import warmup_body
 from agentrt.serve.identity import Identity, forward_body
 from agentrt.serve.metrics import usage_tokens
 from agentrt.serve.view import ServerView
-from agentrt.vllm.priority import WARMUP_PRIORITY
+from agentrt.wire.priority import WARMUP_PRIORITY
 
 log = logging.getLogger("agentrt.serve")
 Post = Callable[[str, dict], Awaitable[tuple[int | str, dict | None]]]
@@ -71,7 +78,7 @@ class ActLoop:
                 self._report("act_loop")
 
     async def act_once(self, post: Post) -> int:
-        if self.in_flight or self.warming:
+        if self.starting or self.warming:
             return 0
         view = ServerView(self.clock(), True, self.block_chars, self.cache)
         actions = self._guard("act", self.runtime.act, view.now, view, default=[]) or []
@@ -79,7 +86,7 @@ class ActLoop:
         for a in actions:
             if not isinstance(a, WarmUp):
                 self.metrics.actions_ignored.labels(self.policy_name, type(a).__name__).inc()
-            elif not self.in_flight:
+            elif not self.starting:
                 sent += await self._warm(a, post)
         return sent
 
@@ -88,6 +95,9 @@ class ActLoop:
         body = self._guard("warmup", warmup_body, t, list(a.hash_ids)) if t is not None else None
         if body is None:
             self.metrics.warmup(a.agent, "skipped", None, a.tenant)
+            return 0
+        if not self.share.allows(a.tenant, self.clock()):
+            self.metrics.warmup(a.agent, "share", None, a.tenant)
             return 0
         # a workflow of its own that ends with it; `agentrt_warmup` tells the engine not to learn from it
         ident = Identity(a.agent, f"warmup:{a.agent}", a.tenant, end=True)
@@ -99,13 +109,16 @@ class ActLoop:
                            len(a.hash_ids) * self.block_chars, 1, self.block_chars, warmup=True)
         self._guard("observe", self.runtime.observe, ev.CallArrived(self.clock(), info))
         self.warming = True
+        sent_at = self.clock()
         try:
             status, resp = await post(t.path, body)
         except Exception as e:   # the upstream is down: count it, the next act tries again
             log.warning("warm-up for %s failed: %s", a.agent, e)
             status, resp = "unreachable", None
+            self.upstream_failed()
         finally:
             self.warming = False
+            self.share.add(a.tenant, self.clock() - sent_at, self.clock())
         self._guard("observe", self.runtime.observe, ev.CallFinished(self.clock(), info, None))
         usage = resp.get("usage") if isinstance(resp, dict) else None
         self.metrics.warmup(a.agent, "ok" if status == 200 else "error", usage, a.tenant)
@@ -119,3 +132,33 @@ class ActLoop:
                             "endpoint": t.path, "status": status, "prompt_tokens": prompt,
                             "cached_tokens": cached, "warmup": True})
         return 1 if status == 200 else 0
+
+
+class WarmupShare:
+    """Per tenant, the seconds its warm-ups kept the upstream busy, as a sum decaying with time
+    constant `window_s`; a tenant whose sum reached `share * window_s` sends none until it
+    decays. Time is passed in. At most `max_tenants` are kept (decayed ones go first)."""
+
+    __slots__ = ("share", "window_s", "max_tenants", "_busy")
+
+    def __init__(self, share: float = 0.25, window_s: float = 60.0, max_tenants: int = 4096) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"warmup_share must be in (0, 1], got {share}")
+        self.share, self.window_s, self.max_tenants = share, window_s, max_tenants
+        self._busy: dict[str, tuple[float, float]] = {}       # tenant -> (seconds, as of)
+
+    def load(self, tenant: str, now: float) -> float:
+        got = self._busy.get(tenant)
+        if got is None:
+            return 0.0
+        return got[0] * math.exp(-max(0.0, now - got[1]) / self.window_s)
+
+    def allows(self, tenant: str, now: float) -> bool:
+        return self.share >= 1 or self.load(tenant, now) < self.share * self.window_s
+
+    def add(self, tenant: str, seconds: float, now: float) -> None:
+        if tenant not in self._busy and len(self._busy) >= self.max_tenants:
+            self._busy = {t: v for t, v in self._busy.items() if self.load(t, now) > 1e-3}
+            if len(self._busy) >= self.max_tenants:
+                self._busy.pop(min(self._busy, key=lambda t: self.load(t, now)))
+        self._busy[tenant] = (self.load(tenant, now) + max(0.0, seconds), now)

@@ -27,13 +27,13 @@ import hashlib
 import hmac
 import json
 import os
-import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TENANT_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+from agentrt.wire.kvhints import TENANT_RE  # noqa: F401 - the wire contract's one definition
+
 SECRET_ENV = "AGENTRT_CACHE_SALT_SECRET"
 
 

@@ -138,6 +138,8 @@ def template(path: str, body: dict, segments: list, blocks: PromptBlocks, max_bl
     kept = PromptBlocks(blocks.hash_ids[:n], blocks.ends[:n])
     fields = {k: body[k] for k in TEMPLATE_KEYS if k in body}
     segs = list(segments[:last_seg + 1])
+    if not any(kind == "tools" for kind, _ in segs):
+        fields.pop("tools", None)       # the kept blocks end before the tools: a warm-up sends none
     if segs and n:                      # drop the text past the last kept block
         kind, val = segs[-1]
         end = kept.ends[-1][1]

@@ -15,7 +15,7 @@ import typer
 from agentrt.errors import AgentrtError
 from agentrt.options import parse_value
 
-SERVE_DEPS = ("fastapi", "uvicorn", "httpx", "prometheus_client")
+SERVE_DEPS = ("fastapi", "uvicorn", "httptools", "httpx", "prometheus_client")
 
 
 def parse_options(items: list[str], policy: str) -> dict:
@@ -46,10 +46,28 @@ def serve(
     cache_salt_secret_file: Optional[str] = typer.Option(None, "--cache-salt-secret-file", help="secret for the per-tenant cache_salt (HMAC); default: $AGENTRT_CACHE_SALT_SECRET, else generated at start"),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="seconds to connect to the upstream"),
     read_timeout: float = typer.Option(300.0, "--read-timeout", help="longest silence (seconds) of the upstream within one answer before the call fails (504, or an SSE error event)"),
-    scheduler: str = typer.Option("fcfs", "--scheduler", help="admission scheduler whose ranking is sent as each request's vLLM `priority` (see `agentrt schedulers`); not fcfs needs the upstream started with --scheduling-policy priority"),
-    max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler option max_wait_s (vLLM cannot enforce it: priorities are fixed at submission)"),
+    scheduler: str = typer.Option("fcfs", "--scheduler", help="admission scheduler (see `agentrt schedulers`): not fcfs, calls wait in the server's admission gate and go to vLLM in the scheduler's order while the engine has room (fcfs: every call goes at once)"),
+    max_wait: Optional[float] = typer.Option(None, "--max-wait", help="scheduler option max_wait_s: a call waiting longer goes before every call that has not"),
+    max_hold: Optional[float] = typer.Option(None, "--max-hold", help="scheduler option max_hold_s: the longest a call is held at the door (agent, fair)"),
+    max_held: int = typer.Option(1024, "--max-held", help="admission gate: calls held at once (429 with Retry-After past it)"),
+    max_held_per_tenant: Optional[int] = typer.Option(None, "--max-held-per-tenant", help="admission gate: calls one tenant may have held (default: --max-held)"),
+    gate_poll: float = typer.Option(0.05, "--gate-poll", help="admission gate: seconds between reads of vLLM's /metrics while calls are held"),
+    max_queue: Optional[float] = typer.Option(None, "--max-queue", help="admission gate: the longest any call waits in it, seconds (default: max_hold + max_wait)"),
+    max_running: Optional[int] = typer.Option(None, "--gate-max-running", help="admission gate: vLLM's --max-num-seqs (default: the preset file's, else unknown: vLLM's waiting queue tells)"),
+    preset_file: Optional[str] = typer.Option(None, "--preset-file", help="admission gate: the engine's prefill times from `agentrt calibrate` (default: learned from the answers' time to first token)"),
     tenant_weights: Optional[str] = typer.Option(None, "--tenant-weights", help="fair scheduler: weights as TENANT:WEIGHT,..."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level"),
+    forward_header: list[str] = typer.Option([], "--forward-header", help="a client header to forward upstream besides the allow-list (repeatable); headers vLLM acts on are refused"),
+    max_body_bytes: int = typer.Option(32 << 20, "--max-body-bytes", help="largest request body (413 past it)"),
+    max_header_bytes: int = typer.Option(32 << 10, "--max-header-bytes", help="largest request head: request line and headers (431 past it)"),
+    header_timeout: float = typer.Option(10.0, "--header-timeout", help="seconds from connect (or a request's first byte) to its whole head (408 past it)"),
+    body_timeout: float = typer.Option(60.0, "--body-timeout", help="seconds from a request's head to its whole body (408 past it)"),
+    keepalive_timeout: float = typer.Option(5.0, "--keepalive-timeout", help="seconds an idle client connection stays open between requests"),
+    max_connections: Optional[int] = typer.Option(None, "--max-connections", help="open client connections; past it the longest-idle one is closed (default: (open-file limit - 64) / 2, 16..4096)"),
+    template_bytes_per_tenant: int = typer.Option(8 << 20, "--template-bytes-per-tenant", help="bytes of stored warm-up templates per tenant"),
+    template_bytes: int = typer.Option(64 << 20, "--template-bytes", help="bytes of stored warm-up templates in all (the tenant holding most gives up first)"),
+    retain_tool_calls: bool = typer.Option(False, "--retain-tool-calls", help="send vLLM's kv.retain for the context of each call that declares tools, for its agent's usual wait after a call (the expected tool time), so the agentrt connector keeps it while the tool runs (docs/serve.md)"),
+    warmup_share: float = typer.Option(0.25, "--warmup-share", help="largest share of the last minute one tenant's warm-ups may keep the upstream busy"),
 ) -> None:
     """Serve an OpenAI-compatible endpoint that forwards to vLLM with agent identity, runs the policy's warm-ups and exports Prometheus metrics."""
     missing = [m for m in SERVE_DEPS if importlib.util.find_spec(m) is None]
@@ -57,9 +75,8 @@ def serve(
         raise AgentrtError(f"agentrt serve needs {', '.join(missing)}: pip install 'agentrt[serve]'")
     if not 0 < port < 65536:
         raise AgentrtError(f"--port must be in 1..65535, got {port}")
-    import uvicorn
-
     from agentrt.serve.app import ServeConfig, create_app
+    from agentrt.serve.server import run
     from agentrt.serve.auth import AuthConfig, AuthError, Salts, is_loopback
     if auth is None and not is_loopback(host):
         raise AgentrtError(f"--host {host} is not a loopback address: --auth FILE is required "
@@ -70,22 +87,34 @@ def serve(
     except AuthError as e:
         raise AgentrtError(str(e)) from None
     from agentrt.options import scheduler_options  # the same checks as `agentrt bench --scheduler`
-    sopts = scheduler_options(scheduler, max_wait, tenant_weights)
+    sopts = scheduler_options(scheduler, max_wait, tenant_weights, max_hold)
+    if preset_file is not None:
+        from agentrt.engine.preset_file import load_preset_file
+        load_preset_file(preset_file)                       # a bad file fails at start
     try:
         cfg = ServeConfig(upstream, policy, parse_options(set_, policy), block_chars=block_chars,
                           act_interval_s=act_interval, kv_capacity_tokens=kv_capacity_tokens,
                           upstream_api_key=upstream_api_key, scheduler=scheduler,
                           scheduler_options=sopts, auth=auth_cfg,
                           cache_salt_secret_file=cache_salt_secret_file,
-                          connect_timeout_s=connect_timeout, read_timeout_s=read_timeout)
+                          connect_timeout_s=connect_timeout, read_timeout_s=read_timeout,
+                          forward_headers=tuple(forward_header), max_body_bytes=max_body_bytes,
+                          max_header_bytes=max_header_bytes, header_timeout_s=header_timeout,
+                          body_timeout_s=body_timeout, keepalive_timeout_s=keepalive_timeout,
+                          max_connections=max_connections, template_bytes_per_tenant=template_bytes_per_tenant,
+                          template_bytes=template_bytes, warmup_share=warmup_share,
+                          retain_tool_calls=retain_tool_calls,
+                          gate_max_held=max_held, gate_max_held_per_tenant=max_held_per_tenant,
+                          gate_poll_s=gate_poll, gate_max_queue_s=max_queue, preset_file=preset_file,
+                          gate_max_running=max_running)
     except ValueError as e:
         raise AgentrtError(str(e)) from None
-    from agentrt.vllm.priority import needs_priority
+    from agentrt.wire.priority import needs_priority
     if needs_priority(scheduler):
-        typer.echo(f"scheduler {scheduler}: each request carries its vLLM priority; the upstream must "
-                   "run with --scheduling-policy priority (under fcfs vLLM ignores it)", err=True)
-    app = create_app(cfg)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+        typer.echo(f"scheduler {scheduler}: calls wait in the admission gate until vLLM has room; each "
+                   "carries its vLLM priority (used to pick preemption victims when the upstream runs "
+                   "--scheduling-policy priority; ignored under its default fcfs)", err=True)
+    run(create_app(cfg), host, port, log_level)
 
 
 def register_commands(app: typer.Typer) -> None:

@@ -1,31 +1,40 @@
-"""Agent identity of a request: from headers, body metadata, or inferred; and how it is forwarded.
+"""Agent identity of a request: from headers, body metadata, other conventions, or inferred; and
+how it is forwarded.
 
 Sources, first found wins:
-- headers `X-Agent-Id`, `X-Workflow-Id`, `X-Workflow-End` (true on a workflow's last call),
-  `X-Tenant-Id`;
-- the body's `metadata` object: `agent_id`, `workflow_id`, `workflow_end`, `tenant_id` (strings, as
-  OpenAI's `metadata` requires; `workflow_end` may also be a JSON boolean);
-- the workflow only: vLLM's own session id, where vLLM looks for it (the body's `session_id`,
-  else the `X-Session-ID` header, else `vllm_xargs.session_id`), else `auto:<digest>` of the
-  first non-system message of a chat (the task every call of one conversation repeats), else
-  `call:<n>` (one call, one workflow, ended with that call). The agent, when not given, is left to the runtime, which infers `anchor:<id>`
-  from the prompt's leading block (see `blocks.py`).
-The tenant defaults to "default"; with `--auth` it is the API key's tenant and the header and
-metadata are ignored (`auth.py`). Tenant names are 1-64 characters of `[A-Za-z0-9._-]`; other ids
-are printable strings of at most 512 characters, and so is a workflow key with its tenant's
-prefix (the connector's limit: a longer key would lose its identity in the engine).
-Every workflow is keyed by its tenant (`Identity.key`, `auth.tenant_scoped`): the runtime, the
-scheduler and the engine see `tenant/workflow` (the default tenant's ids stay as they are), so two
-tenants' `run-42` are two workflows. Forwarding (`forward_body`): `session_id` = the workflow key
-(a client's own `session_id`, scoped the same way, when it set one), `cache_salt` = the tenant's
+- agent: header `X-Agent-Id`, else `metadata.agent_id`; else left to the runtime, which infers
+  `anchor:<id>` from the prompt's leading block (see `blocks.py`);
+- workflow: the conventions of `conventions.py` in their order (agentrt's `X-Workflow-Id` /
+  `metadata.workflow_id`, vLLM's session id, Dynamo's `nvext.agent_context.session_id` /
+  `X-Dynamo-Session-ID`, Claude Code's `x-claude-code-session-id`, llm-d's
+  `x-session-affinity` / `session-id`), else `auto:<digest>` of the first non-system message of
+  a chat (the task every call of one conversation repeats), else `call:<n>` (one call, one
+  workflow, ended with that call); the thread (agent instance) from Dynamo's `trajectory_id` or
+  Claude Code's agent id;
+- workflow end: `X-Workflow-End` / `metadata.workflow_end` (true on a workflow's last call), or a
+  root Dynamo session's close (`trajectory_final`, `session_final`, `X-Dynamo-Session-Final`);
+- tenant: `X-Tenant-Id` / `metadata.tenant_id`, default "default"; with `--auth` it is the API
+  key's and the header and metadata are ignored (`auth.py`).
+`metadata` values are strings, as OpenAI's `metadata` requires (`workflow_end` may also be a JSON
+boolean). Only the value that wins is checked: a printable string of at most `MAX_ID_CHARS`
+characters (the connector's limit, `wire/kvhints.py`), tenants `TENANT_RE`; a bad one is a 400
+naming the field, and so is a workflow key over the limit with its tenant's prefix.
+Every workflow is keyed by its tenant (`Identity.key`, `auth.tenant_scoped`), whatever convention
+named it: the runtime, the scheduler and the engine see `tenant/workflow` (the default tenant's
+ids stay as they are), so two tenants' `run-42` are two workflows, and no header or body field
+reaches another tenant's. Forwarding (`forward_body`): `session_id` = the workflow key (a
+client's own `session_id`, scoped the same way, when it set one), `cache_salt` = the tenant's
 salt, `kv_transfer_params` = `{"kv_hints": envelope}` with the agentrt actions (identity with the
-workflow key, agent, tenant and call; workflow end; warm-up), and `vllm_xargs` gains
+workflow key, agent, tenant, thread and call; workflow end; warm-up), the server's `kv.retain`
+for a call that may end in a tool call (`Identity.retain_s`, `--retain-tool-calls`) and the
+client's own `kv_hints` actions (only `kv.retain` and `vllm.set_priority`, checked by
+`validate.py`; the connector charges them to the tenant named here), and `vllm_xargs` gains
 `agentrt_workflow` (the key), `agentrt_agent`, `agentrt_tenant`, `agentrt_end` ("true"/"false")
 and `agentrt_call` (the call's index in its workflow, as the server counts), merged over the
 client's own (which may not hold `agentrt_*` fields, and loses `session_id`: consumed above). The
-connector reads kv_hints first, the xargs are its fallback (src/agentrt/vllm/identity.py). The
+connector reads kv_hints first, the xargs are its fallback (src/agentrt/wire/identity.py). The
 envelope travels in `kv_transfer_params` because vLLM 0.32.0's OpenAI server has no `kv_hints`
-field; clients may send neither (`validate.py`), so every action is the server's own.
+field; clients may not send `kv_transfer_params` (`validate.py`).
 """
 
 from __future__ import annotations
@@ -35,16 +44,16 @@ import json
 import uuid
 from dataclasses import dataclass
 
-from agentrt.serve.auth import TENANT_RE, tenant_scoped
+from agentrt.runtime.floor import TOOL_PRIORITY
+from agentrt.serve import conventions
+from agentrt.serve.auth import tenant_scoped
 from agentrt.serve.validate import RequestError
-from agentrt.vllm import kvhints
+from agentrt.wire import kvhints, stdhints
+from agentrt.wire.kvhints import MAX_ID_CHARS, TENANT_RE
 
-HEADERS = {"agent": "x-agent-id", "workflow": "x-workflow-id", "end": "x-workflow-end",
-           "tenant": "x-tenant-id"}
-METADATA = {"agent": "agent_id", "workflow": "workflow_id", "end": "workflow_end",
-            "tenant": "tenant_id"}
-SESSION_HEADER = "x-session-id"        # vLLM's own session header
-MAX_ID_CHARS = 512
+HEADERS = {"agent": "x-agent-id", "end": "x-workflow-end", "tenant": "x-tenant-id"}
+METADATA = {"agent": "agent_id", "end": "workflow_end", "tenant": "tenant_id"}
+IDENTITY_HEADERS = conventions.HEADERS     # every header identity is read from (lower case)
 TRUE = ("true", "1", "yes")
 FALSE = ("false", "0", "no", "")
 
@@ -56,8 +65,11 @@ class Identity:
     tenant: str = "default"
     end: bool = False            # this is the workflow's last call
     agent_source: str = "anchor"     # header | metadata | anchor
-    workflow_source: str = "call"    # header | metadata | session_id | auto | call
+    # header | metadata (agentrt's) | session_id (vLLM's) | dynamo | claude_code | llm-d | auto | call
+    workflow_source: str = "call"
     key: str = ""                    # the workflow's tenant-scoped key (set by resolve_identity)
+    thread: str | None = None        # the agent instance within the workflow (conventions.THREAD)
+    retain_s: float | None = None    # send kv.retain for the call's context for this long (serve)
 
     def __post_init__(self) -> None:
         if not self.key and self.workflow:
@@ -93,17 +105,25 @@ def _first_task(messages: list) -> str | None:
     return None
 
 
-def _session_id(headers, body: dict) -> str | None:
-    """vLLM's session id, looked up in vLLM's order (body, header, `vllm_xargs.session_id`)."""
-    if body.get("session_id"):
-        return _clean(body["session_id"], "session_id")
-    if headers.get(SESSION_HEADER):
-        return _clean(headers[SESSION_HEADER], SESSION_HEADER)
-    xargs = body.get("vllm_xargs")
-    sid = xargs.get("session_id") if isinstance(xargs, dict) else None
-    if isinstance(sid, str) and sid:           # vLLM ignores any other type here; so do we
-        return _clean(sid, "vllm_xargs.session_id")
-    return None
+def _first(sources, headers, meta: dict, body: dict, ctx: dict) -> tuple[str | None, str, str]:
+    """(value, convention, field name) of the first source holding a non-empty value."""
+    for conv, where, key in sources:
+        name = conventions.shown(where, key)
+        v = _clean(conventions.lookup(where, key, headers, meta, body, ctx), name)
+        if v:
+            return v, conv, name
+    return None, "", ""
+
+
+def _session_end(headers, ctx: dict) -> bool:
+    """A Dynamo session's close (`trajectory_final`, `session_final`, `X-Dynamo-Session-Final`)
+    for a root session (no parent named)."""
+    def get(where, key):
+        return headers.get(key) if where == "header" else ctx.get(key)
+    final = False
+    for where, key in conventions.FINAL:
+        final = _flag(get(where, key), conventions.shown(where, key)) or final
+    return final and not any(get(w, k) not in (None, "") for w, k in conventions.PARENT)
 
 
 def resolve_identity(headers, body: dict, call_number: int, tenant: str | None = None) -> Identity:
@@ -111,6 +131,10 @@ def resolve_identity(headers, body: dict, call_number: int, tenant: str | None =
     `tenant`: the authenticated tenant, which overrides any the request names."""
     meta = body.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
+    try:
+        ctx = conventions.agent_context(body)
+    except ValueError as e:
+        raise RequestError(f"'{e}' must be an object", str(e)) from None
     found: dict = {}
     source: dict = {}
     for key in HEADERS:
@@ -121,18 +145,19 @@ def resolve_identity(headers, body: dict, call_number: int, tenant: str | None =
             found[key], source[key] = meta[METADATA[key]], "metadata"
     names = {k: (HEADERS[k] if source.get(k) == "header" else f"metadata.{METADATA[k]}") for k in HEADERS}
     agent = _clean(found.get("agent"), names["agent"])
-    workflow = _clean(found.get("workflow"), names["workflow"])
     if tenant is None:
         tenant = _clean(found.get("tenant"), names["tenant"]) or "default"
         if not TENANT_RE.fullmatch(tenant):
             raise RequestError(f"{names['tenant']} must be 1-64 characters of [A-Za-z0-9._-]", names["tenant"])
     end = _flag(found.get("end"), names["end"])
     ident = Identity(agent, "", tenant, end, source.get("agent", "anchor") if agent else "anchor")
-    session = _session_id(headers, body)
+    workflow, conv, wname = _first(conventions.WORKFLOW, headers, meta, body, ctx)
+    ident.thread = _first(conventions.THREAD, headers, meta, body, ctx)[0]
     if workflow:
-        ident.workflow, ident.workflow_source = workflow, source["workflow"]
-    elif session:
-        ident.workflow, ident.workflow_source = session, "session_id"
+        src = conv if conv != conventions.AGENTRT else "header" if wname == "x-workflow-id" else "metadata"
+        ident.workflow, ident.workflow_source = workflow, "session_id" if conv == conventions.VLLM else src
+        if conv != conventions.AGENTRT and _session_end(headers, ctx):
+            ident.end = True
     else:
         task = _first_task(body["messages"]) if isinstance(body.get("messages"), list) else None
         if task is not None:
@@ -140,9 +165,11 @@ def resolve_identity(headers, body: dict, call_number: int, tenant: str | None =
         else:   # a workflow of one call: it ends with that call
             ident.workflow, ident.workflow_source, ident.end = f"call:{call_number}", "call", True
     ident.key = tenant_scoped(tenant, ident.workflow)
-    # the engine's connector refuses longer keys: the call would lose its identity there unseen
-    for value, name in ((ident.key, names["workflow"] if workflow else "session_id"),
-                        (tenant_scoped(tenant, session) if session else "", "session_id")):
+    # the engine's connector refuses longer keys: the call would lose its identity there unseen;
+    # a client's own session id is forwarded (scoped) whichever source named the workflow
+    sid = _clean(body.get("session_id"), "session_id")
+    for value, name in ((ident.key, wname or "workflow"),
+                        (tenant_scoped(tenant, sid) if isinstance(sid, str) and sid else "", "session_id")):
         if len(value) > MAX_ID_CHARS:
             raise RequestError(f"{name} is too long: with its tenant's prefix the workflow key has "
                                f"{len(value)} characters, over {MAX_ID_CHARS}", name)
@@ -158,8 +185,14 @@ def forward_body(body: dict, ident: Identity, agent: str, call_index: int | None
     out["session_id"] = tenant_scoped(ident.tenant, sid) if isinstance(sid, str) and sid else ident.key
     if salt is not None:
         out["cache_salt"] = salt
-    actions = kvhints.agentrt_actions(ident.key, agent, ident.tenant, call_index, end=ident.end,
-                                      warmup=warmup)
+    actions = kvhints.agentrt_actions(ident.key, agent, ident.tenant, call_index, ident.thread,
+                                      end=ident.end, warmup=warmup)
+    if ident.retain_s is not None:
+        actions.append(kvhints.action(stdhints.RETAIN, {"scope": ident.key, "directives": [
+            {"start": 0, "priority": TOOL_PRIORITY, "duration": ident.retain_s}]}, "retain"))
+    client = out.pop("kv_hints", None)
+    if client is not None:                    # checked by validate.py: standard actions only
+        actions.extend(stdhints.check_client_envelope(client))
     out["kv_transfer_params"] = {"kv_hints": kvhints.envelope(actions, uuid.uuid4().hex)}
     xargs = out.get("vllm_xargs")
     xargs = {k: v for k, v in xargs.items() if not k.startswith("agentrt_") and k != "session_id"} \

@@ -205,3 +205,32 @@ def usage_tokens(usage: dict | None) -> tuple[int | None, int]:
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return usage["prompt_tokens"], cached if isinstance(cached, int) else 0
+
+
+class GateMetrics:
+    """The admission gate's series (`gate.py`), in the server's registry, labelled by scheduler:
+    calls held now, how long each call waited in the gate, why each left it (`reason`: room,
+    backfill, aged, hold_bound, bound, idle, unmeasured, oversize, unranked: released to the
+    engine; gone: its client left first) and calls refused because the gate was full (429)."""
+
+    REASONS = ("room", "backfill", "aged", "hold_bound", "bound", "idle", "unmeasured", "oversize",
+               "unranked", "gone")
+
+    def __init__(self, registry: CollectorRegistry, scheduler: str, tenant_label: LabelCap) -> None:
+        self.scheduler = scheduler
+        self.tenant_label = tenant_label
+        self.held = Gauge("agentrt_gate_held", "Calls held in the admission gate now", ["scheduler"],
+                          registry=registry).labels(scheduler)
+        self.hold = Histogram("agentrt_gate_hold_seconds", "Time a call waited in the admission gate "
+                              "(released or gone)", ["scheduler"], registry=registry,
+                              buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+                              ).labels(scheduler)
+        releases = Counter("agentrt_gate_releases", "Calls that left the admission gate, by reason",
+                           ["scheduler", "reason"], registry=registry)
+        self.releases = {r: releases.labels(scheduler, r) for r in self.REASONS}
+        self._rejected = Counter("agentrt_gate_rejected", "Calls refused with 429: the gate held as "
+                                 "many as it may (in all or for the tenant)", ["scheduler", "tenant"],
+                                 registry=registry)
+
+    def rejected(self, tenant: str) -> None:
+        self._rejected.labels(self.scheduler, self.tenant_label(tenant)).inc()

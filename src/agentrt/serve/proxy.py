@@ -1,15 +1,20 @@
 """The hot path: `POST /v1/chat/completions` and `/v1/completions` as a bare ASGI handler.
 
 Every other route goes to the FastAPI app behind it. Per request, in order:
-1. headers in one pass: `Authorization`, content type, identity headers (each at most once: a
-   repeated `X-Agent-Id`, `X-Workflow-Id`, `X-Workflow-End`, `X-Tenant-Id`, `X-Session-ID` or
-   `Authorization` is a 400, so identity and upstream can never disagree; values must be UTF-8),
-   and the headers to forward (hop-by-hop, identity and, with auth, `Authorization` and
-   `X-Vllm-Priority` dropped: the body's `session_id`, tenant-scoped, replaces `X-Session-ID`);
+1. headers: `Authorization`, content type, identity headers (each at most once: a repeated
+   identity header of any convention (`serve/conventions.py`: `X-Workflow-Id`, `X-Session-ID`,
+   `X-Dynamo-Session-ID`, ...) or `Authorization` is a 400, so identity and upstream can never
+   disagree; values must be UTF-8),
+   and the headers to forward: an allow-list (`headers.py`), so the upstream gets one
+   `content-type` (the server's), no client `content-encoding` beside the body it re-encoded, and
+   none of the headers vLLM acts on (`X-Request-Id`, `X-data-parallel-rank`, ...);
 2. the caller (`auth.py`: 401 without a known key, 403 for an admin-only key), the body (at most
    `max_body_bytes`, else 413), validation and identity (`validate.py`, `identity.py`): 4xx in
    OpenAI's error shape, and nothing taken yet;
-3. `bridge.arrive`, then, whatever happens, exactly one `bridge.finish` (no slot can leak);
+3. with a scheduler (`gate.py`): a 429 with `Retry-After` when the admission gate is full
+   (before anything is taken: the call is not counted, nothing is sent); then `bridge.arrive`,
+   then, whatever happens, exactly one `bridge.finish` (no slot can leak); a gated call waits
+   for its release while a watcher removes it from the gate at once if its client disconnects;
 4. the forwarded body: identity (`session_id`, kv_hints actions in `kv_transfer_params`,
    `vllm_xargs`: identity.py), the tenant's `cache_salt`, the scheduler's `priority` (with
    `--auth` a client's `priority` is dropped under fcfs too); sent through the pooled client
@@ -32,29 +37,24 @@ import orjson
 
 from agentrt.serve.answers import (TOOL_FINISH, body_decoder, error_response, inflate, read_answer, send_json,
                                    upstream_error)
-from agentrt.serve.identity import forward_body, resolve_identity
+from agentrt.serve.headers import ForwardHeaders
+from agentrt.serve.identity import IDENTITY_HEADERS, forward_body, resolve_identity
 from agentrt.serve.upstream import UpstreamError, UpstreamTimeout
 from agentrt.serve.validate import RequestError, error_body, parse_body, validate_chat, validate_completion
-from agentrt.vllm.priority import PRIORITY_HEADER
 
 log = logging.getLogger("agentrt.serve")
 ROUTES = {"/v1/chat/completions": validate_chat, "/v1/completions": validate_completion}
-HOP = {b"host", b"content-length", b"connection", b"keep-alive", b"te", b"upgrade", b"transfer-encoding",
-       b"proxy-authorization", b"proxy-connection", b"trailer", b"expect"}
-IDENTITY = {b"x-agent-id", b"x-workflow-id", b"x-workflow-end", b"x-tenant-id", b"x-session-id"}
+IDENTITY = frozenset(h.encode() for h in IDENTITY_HEADERS)   # each at most once (identity.py)
 RESPONSE_DROP = {b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"date", b"server"}
-PRIORITY = PRIORITY_HEADER.encode()
+JSON_TYPE = [(b"content-type", b"application/json")]
 
 
 class HotPath:
-    def __init__(self, app, cfg, bridge, state: dict, auth=None, salts=None) -> None:
+    def __init__(self, app, cfg, bridge, state: dict, auth=None, salts=None,
+                 fwd: ForwardHeaders | None = None) -> None:
         self.app, self.cfg, self.bridge, self.state = app, cfg, bridge, state
         self.auth, self.salts = auth, salts
-        self.drop = set(HOP) | IDENTITY
-        if auth is not None:
-            self.drop |= {b"authorization", b"x-tenant-id"}
-        if auth is not None or bridge.scheduler.active:
-            self.drop.add(PRIORITY)
+        self.fwd = fwd or ForwardHeaders(auth is not None, bridge.scheduler.active, cfg.forward_headers)
         self.upstream_auth = [(b"authorization", f"Bearer {cfg.upstream_api_key}".encode())] \
             if cfg.upstream_api_key else []
 
@@ -80,9 +80,9 @@ class HotPath:
     def _headers(self, scope):
         """(content type, authorization, identity dict, headers to forward) or a RequestError."""
         ident: dict = {}
-        fwd: list = []
         ctype = auth = None
-        for k, v in scope["headers"]:
+        headers = scope["headers"]
+        for k, v in headers:
             if k in IDENTITY:
                 name = k.decode()
                 if name in ident:
@@ -98,9 +98,7 @@ class HotPath:
                 auth = v
             elif k == b"content-type":
                 ctype = v
-            if k not in self.drop:
-                fwd.append((k, v))
-        return ctype, auth, ident, fwd
+        return ctype, auth, ident, self.fwd.pick(headers)
 
     async def _body(self, receive) -> bytes:
         parts, size, limit = [], 0, self.cfg.max_body_bytes
@@ -138,19 +136,33 @@ class HotPath:
             return await send_json(send, e.status, orjson.dumps(e.body()))
         except ConnectionError:
             return
+        gate = bridge.gate
+        if gate is not None and not gate.room_for(ident.tenant):
+            gate.metrics.rejected(ident.tenant)
+            return await self._full(send, gate)
         call = bridge.arrive(path, body, ident)
         status, usage, tool = "error", None, False
-        ctx = {"resp": None, "conn": None, "gone": False}
+        ctx = {"resp": None, "conn": None, "gone": False, "ticket": call.ticket}
         watcher = asyncio.ensure_future(self._watch(receive, ctx))
         resp = None
         try:
+            if call.ticket is not None:
+                why = await gate.wait(call.ticket)
+                if why == "gone":              # the client left while held: nothing was sent
+                    status = "gone"
+                    return
+                if why == "full":              # pushed out for a tenant holding fewer
+                    status = 429
+                    return await self._full(send, gate)
+                if call.ticket.priority is not None:
+                    call.priority = call.ticket.priority
             fwd = forward_body(body, ident, call.agent, call.index,
                                self.salts(ident.tenant) if self.salts else None)
             if call.priority is not None:
                 fwd["priority"] = call.priority
             elif self.auth is not None:
                 fwd.pop("priority", None)
-            fwd_headers.append((b"content-type", b"application/json"))
+            fwd_headers += JSON_TYPE
             fwd_headers += self.upstream_auth
             try:
                 resp = ctx["resp"] = await self.state["pool"].request(
@@ -161,8 +173,12 @@ class HotPath:
                 bridge.metrics.upstream_errors.labels(cfg.policy, "timeout").inc()
                 return await send_json(send, *error_response(504, str(e), "GatewayTimeoutError"))
             except UpstreamError as e:
-                status = "gone" if ctx["gone"] else "unreachable"
+                if ctx["gone"]:            # the client left: not the upstream's failure
+                    status = "gone"
+                    return
+                status = "unreachable"
                 bridge.metrics.upstream_errors.labels(cfg.policy, "unreachable").inc()
+                bridge.upstream_failed()
                 return await send_json(send, *error_response(
                     502, self._upstream_error("unreachable", e, where=True), "BadGatewayError"))
             if resp.status >= 400:
@@ -172,7 +188,7 @@ class HotPath:
             dec = body_decoder(resp.header(b"content-encoding"))
             if resp.status == 200 and ctype_up.startswith(b"text/event-stream"):
                 status = "broken"
-                status, usage, tool = await self._relay(send, resp, headers, dec, ctx)
+                status, usage, tool = await self._relay(send, resp, headers, dec, ctx, call)
                 return
             try:
                 content = await resp.read()
@@ -194,11 +210,13 @@ class HotPath:
                 ctx["conn"].writer.transport.abort()    # failed or cancelled before an answer
             bridge.finish(call, status, usage, tool)
 
-    async def _relay(self, send, resp, headers, dec, ctx) -> tuple:
+    async def _relay(self, send, resp, headers, dec, ctx, call=None) -> tuple:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         usage, tail, tool, edge = None, b"", False, b""
         try:
             async for chunk in resp.chunks():
+                if call is not None and not call.answering:
+                    self.bridge.answering(call)      # past its prefill: warm-ups may go beside it
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 if dec is False:
                     continue
@@ -227,6 +245,12 @@ class HotPath:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return 200, usage, tool
 
+    @staticmethod
+    async def _full(send, gate) -> None:
+        await send_json(send, *error_response(
+            429, "agentrt serve: the admission queue is full; retry after the time in Retry-After",
+            "RateLimitError"), [(b"retry-after", str(gate.retry_after()).encode())])
+
     def _upstream_error(self, what: str, e: Exception, where: bool = False) -> str:
         return upstream_error(self.cfg.upstream, self.auth is not None, what, str(e), where,
                               isinstance(e, UpstreamTimeout))
@@ -237,6 +261,8 @@ class HotPath:
             m = await receive()
             if m["type"] == "http.disconnect":
                 ctx["gone"] = True
+                if ctx["ticket"] is not None:
+                    self.bridge.gate.leave(ctx["ticket"])
                 resp, conn = ctx["resp"], ctx["conn"]
                 if resp is not None:
                     resp.abort()

@@ -6,15 +6,25 @@ Model
   prompt's anchor when not given) and `CallFinished` when its response ends (node None: the server
   sees no blocks); `X-Workflow-End` adds `WorkflowEnded` after it. `now` comes from the clock
   passed in (monotonic seconds).
-- Between requests, when no user call is in flight, `act(now, view)` runs (after the last call
-  ends and every `act_interval_s`) and warm-ups become upstream requests: `act_loop.py`.
+- Between requests, when no user call waits for the first byte of its answer (a stream that is
+  answering is decoding: it does not hold warm-ups back, whoever's it is), `act(now, view)` runs
+  (when the last such call got its answer and every `act_interval_s`) and warm-ups become
+  upstream requests, each tenant's within its `warmup_share`: `act_loop.py`.
 - The policy's view of the engine is an estimate (`view.py`): the server sees no block events.
-- With a scheduler other than `fcfs` (`scheduler.py`), each user call also gets the vLLM
-  `priority` the scheduler gives it at arrival (`Call.priority`), from a scheduler instance fed
-  with the same calls; warm-ups get `WARMUP_PRIORITY` (after every user call).
+- With a scheduler other than `fcfs` (`scheduler.py`), each user call enters the admission gate
+  (`gate.py`, `Call.ticket`): it waits there, in the scheduler's order, until the engine has
+  room, and goes with the vLLM `priority` the scheduler gives it at its release
+  (`Call.priority`); warm-ups get `WARMUP_PRIORITY` (after every user call) and bypass the gate
+  (they are sent only while no user call waits for its first answer byte, held ones included).
 - Tenancy: the runtime and the scheduler see each workflow under its tenant-scoped key
   (`Identity.key`), agent profiles and templates are keyed by (tenant, agent) and the cache
   estimate by (tenant, block); warm-ups carry their tenant's `cache_salt` (`salts`, set by the app).
+- `retain_tool_calls` (`--retain-tool-calls`): a call that may end in a tool call carries vLLM's
+  standard `kv.retain` for its context (`retain_for`): the server learns that a call ended in a
+  tool call only from its answer, after the engine has freed its blocks, so the hint goes with
+  the call and the connector applies it when the call finishes. Its duration is the agent's
+  mean wait after its calls so far (the runtime's profile: in a tool loop, the tool time); the
+  workflow's end releases it early.
 - Workflow ends: the runtime reports each workflow it held as it ends (`AgentRuntime.on_end`),
   counted in `agentrt_workflows_ended_total` by tenant and reason: "client" (`X-Workflow-End`,
   the end route), "call" (a call with no workflow identity is a workflow of its own), "cap"
@@ -36,21 +46,35 @@ from agentrt.errors import AgentrtError
 from agentrt.policies.registry import BOUNDS, make_policy
 from agentrt.runtime import events as ev
 from agentrt.runtime.runtime import AgentRuntime
-from agentrt.runtime.tenant_lru import TenantLRU
 from agentrt.serve.blocks import PromptBlocks, chat_segments, completion_segments
 from agentrt.serve.blocks import prompt_blocks, template, tenant_seed
-from agentrt.serve.act_loop import ActLoop
+from agentrt.serve.act_loop import ActLoop, WarmupShare
 from agentrt.serve.identity import Identity
-from agentrt.serve.metrics import ServeMetrics, usage_tokens
+from agentrt.serve.gate import AdmissionGate
+from agentrt.serve.live_view import PrefillRate
+from agentrt.serve.metrics import GateMetrics, ServeMetrics, usage_tokens
 from agentrt.serve.scheduler import ServeScheduler
+from agentrt.serve.templates import TemplateStore
 from agentrt.serve.validate import MAX_OUTPUT_TOKENS
 from agentrt.serve.view import CacheEstimate
 
 log = logging.getLogger("agentrt.serve")
 
 
+def retain_for(runtime, body: dict, ident: Identity, agent: str) -> float | None:
+    """Seconds to retain a call's context for, or None: only a call that declares tools (its
+    answer may be a tool call) of a workflow that goes on, whose agent has a mean wait after its
+    calls so far (nothing is known of a new agent)."""
+    if ident.end or not (body.get("tools") or body.get("functions")):
+        return None
+    prof = runtime.profile(ident.tenant, agent)
+    wait = prof.mean_think_s if prof is not None else None
+    return round(min(wait, 86400.0), 3) if wait is not None and wait > 0 else None
+
+
 class Call:
-    __slots__ = ("info", "ident", "agent", "endpoint", "started", "blocks", "priority", "sched_info")
+    __slots__ = ("info", "ident", "agent", "endpoint", "started", "blocks", "priority", "sched_info",
+                 "answering", "ticket")
 
     @property
     def index(self) -> int | None:
@@ -62,6 +86,8 @@ class Call:
         self.started, self.blocks = started, blocks
         self.priority: int | None = None     # the vLLM priority to send (None: leave the body's)
         self.sched_info = None               # the scheduler's copy of `info`
+        self.answering = False               # the first byte of its answer came back
+        self.ticket = None                   # its place in the admission gate (None: not gated)
 
 
 class RuntimeBridge(ActLoop):
@@ -70,7 +96,10 @@ class RuntimeBridge(ActLoop):
                  act_interval_s: float = 0.25, clock: Callable[[], float] = time.monotonic,
                  max_templates: int = 4096, max_agent_labels: int = 256,
                  max_tenant_labels: int = 256, scheduler: str = "fcfs",
-                 scheduler_options: dict | None = None, known_tenants: int = 0) -> None:
+                 scheduler_options: dict | None = None, known_tenants: int = 0,
+                 template_bytes_per_tenant: int = 8 << 20, template_bytes: int = 64 << 20,
+                 warmup_share: float = 0.25, retain_tool_calls: bool = False,
+                 gate_options: dict | None = None, tenant_fair: bool = False, prefill_cost=None) -> None:
         if policy in BOUNDS:
             raise AgentrtError(f"'{policy}' is a bound (it needs the future of a trace), not a policy "
                                f"a server can run")
@@ -86,22 +115,34 @@ class RuntimeBridge(ActLoop):
         self._end_reason = "client"
         self.metrics.workflows_open.labels(policy).set_function(lambda: len(self.runtime.workflows))
         self.cache = CacheEstimate(kv_capacity_tokens)
-        self.scheduler = ServeScheduler(scheduler, scheduler_options, self.cache, block_chars)
+        opts = dict(scheduler_options or {})
+        self.scheduler = ServeScheduler(scheduler, opts, tenant_fair=tenant_fair, tenant_weights=opts.get("weights"))
+        self.gate: AdmissionGate | None = None
+        if self.scheduler.active:
+            self.gate = AdmissionGate(self.scheduler, self.cache,
+                                      GateMetrics(self.metrics.registry, scheduler, self.metrics.tenant_label),
+                                      clock=clock, guard=self._guard, report=self._report,
+                                      block_chars=block_chars, prefill=PrefillRate(prefill_cost),
+                                      fixed_capacity=kv_capacity_tokens > 0, **(gate_options or {}))
         self.block_chars = block_chars
         self.max_anchor_blocks = max_anchor_blocks
         self.act_interval_s = act_interval_s
         self.clock = clock
         self.in_flight = 0
+        self.starting = 0                # calls in flight that have no answer byte yet
         self.warming = False
+        self.share = WarmupShare(warmup_share)
         self.warmups_sent = 0
+        self.retain_tool_calls = retain_tool_calls
         self.recent: deque = deque(maxlen=256)
-        # (tenant, agent) -> its latest prompt's template; split by tenant (tenant_lru.py)
-        self._templates = TenantLRU(max_templates)
+        # (tenant, agent) -> its latest prompt's template, bounded by count and bytes (templates.py)
+        self._templates = TemplateStore(max_templates, template_bytes_per_tenant, template_bytes)
         self._rid = itertools.count(1)
         self._calls = itertools.count(1)
         self._logged: set[str] = set()
         self._wake = asyncio.Event()
         self.salts: Callable[[str], str | None] = lambda tenant: None     # tenant -> cache_salt
+        self.capacity_stale = False      # re-read the engine's KV capacity (the upstream failed)
 
     # ------------------------------------------------------------------ guarded runtime calls
     def _guard(self, where: str, fn, *args, default=None):
@@ -122,10 +163,15 @@ class RuntimeBridge(ActLoop):
     def next_call_number(self) -> int:
         return next(self._calls)
 
+    def upstream_failed(self) -> None:
+        """The upstream could not be reached: it may come back restarted, with another KV pool."""
+        self.capacity_stale = True
+
     # ------------------------------------------------------------------ user calls
     def arrive(self, endpoint: str, body: dict, ident: Identity) -> Call:
         now = self.clock()
         self.in_flight += 1
+        self.starting += 1
         self.metrics.in_flight_now.set(self.in_flight)
         chat = endpoint.endswith("/chat/completions")
         segs = self._guard("blocks", chat_segments if chat else completion_segments, body)
@@ -140,16 +186,17 @@ class RuntimeBridge(ActLoop):
             self._guard("observe", self.runtime.observe, ev.CallArrived(now, info))
             self._guard("template", self._keep_template, endpoint, body, segs, blocks, ident.tenant, agent)
         call = Call(info, ident, agent or "unknown", endpoint, now, blocks)
-        if self.scheduler.active:
+        if self.retain_tool_calls and agent:
+            ident.retain_s = self._guard("retain", retain_for, self.runtime, body, ident, agent)
+        if self.gate is not None:
             call.priority = 0        # a call the scheduler cannot rank still gets no client priority
             if info is not None:
-                ranked = self._guard("scheduler", self.scheduler.arrive, info, now)
-                if ranked is not None:
-                    call.sched_info, call.priority = ranked
+                call.sched_info = self._guard("scheduler", self.scheduler.arrive, info, now)
+            call.ticket = self.gate.enter(call.sched_info)
         return call
 
     def _info(self, body: dict, ident: Identity, blocks: PromptBlocks) -> ev.CallInfo:
-        wf = self.runtime.workflows.get(ident.key)
+        wf = self.runtime.workflow(ident.tenant, ident.key)
         index = wf.calls if wf is not None else 0  # as the connector counts
         # the expected output `fair` charges at arrival, before vLLM judges the value: one it
         # will refuse (below 1, not an integer) or past any context counts as unknown (0), so a
@@ -171,17 +218,29 @@ class RuntimeBridge(ActLoop):
         else:
             self._templates.touch(key)
 
+    def answering(self, call: Call, first_byte: bool = True) -> None:
+        """The first byte of the call's answer came back: the engine is past its prefill
+        (`first_byte` False: the answer ended, whether or not a byte came first)."""
+        if not call.answering:
+            call.answering = True
+            self.starting = max(0, self.starting - 1)
+            if self.starting == 0:
+                self._wake.set()
+            if first_byte and call.ticket is not None:
+                self.gate.answering(call.ticket)
+
     def finish(self, call: Call, status: int | str, usage: dict | None, tool_call: bool = False) -> None:
         """The call's answer ended (`status`: the upstream's, or how it failed); `tool_call`: the
         answer ends in a tool call, so the workflow's next call waits on a tool."""
         now = self.clock()
+        self.answering(call, first_byte=False)
         self.in_flight = max(0, self.in_flight - 1)
         self.metrics.in_flight_now.set(self.in_flight)
         tool_call = tool_call and status == 200
         if call.info is not None:
             self._guard("observe", self.runtime.observe, ev.CallFinished(now, call.info, None, tool_call))
-        if call.sched_info is not None:
-            self._guard("scheduler", self.scheduler.done, call.sched_info, now, status == 200, usage)
+        if call.ticket is not None:
+            self._guard("gate", self.gate.finish, call.ticket, status, usage, tool_call)
         if status == 200:
             self._guard("cache", self._computed, call.ident.tenant, call.blocks, usage)
         if call.ident.end:
@@ -196,8 +255,6 @@ class RuntimeBridge(ActLoop):
                             "endpoint": call.endpoint, "status": status, "prompt_tokens": prompt,
                             "cached_tokens": cached, "warmup": False, "priority": call.priority,
                             "tool_call": tool_call})
-        if self.in_flight == 0:
-            self._wake.set()
 
     def _computed(self, tenant: str, blocks: PromptBlocks | None, usage: dict | None) -> None:
         prompt, cached = usage_tokens(usage)
@@ -215,8 +272,12 @@ class RuntimeBridge(ActLoop):
         self._end_reason = reason                 # read by `_ended` (the guard catches everything)
         self._guard("observe", self.runtime.observe, ev.WorkflowEnded(now, workflow, tenant))
         self._end_reason = "client"
-        if self.scheduler.active:
+        self._sched_ended(workflow, tenant, now)
+
+    def _sched_ended(self, workflow: str, tenant: str, now: float) -> None:
+        if self.gate is not None:
             self._guard("scheduler", self.scheduler.workflow_ended, workflow, tenant, now)
+            self.gate.kick()          # a held call may go now (its door opened)
 
     def _ended(self, wf, reason: str) -> None:
         """The runtime's `on_end`: count one workflow end (a plain "end" came by `end_workflow`,
@@ -224,8 +285,8 @@ class RuntimeBridge(ActLoop):
         silence sweep) is over for the scheduler too, whose per-workflow state would otherwise
         grow with every workflow id a client never ends."""
         self.metrics.workflow_ended(wf.tenant, self._end_reason if reason == "end" else reason)
-        if reason != "end" and self.scheduler.active:
-            self._guard("scheduler", self.scheduler.workflow_ended, wf.id, wf.tenant, self.clock())
+        if reason != "end":
+            self._sched_ended(wf.id, wf.tenant, self.clock())
 
     # ------------------------------------------------------------------ introspection
     def state(self, limit: int = 200) -> dict:
@@ -235,7 +296,11 @@ class RuntimeBridge(ActLoop):
         agents = [{"tenant": p.tenant, "agent": p.name, "calls": p.calls, "anchor_blocks": len(p.anchor),
                    "anchor_workflows": p.anchor_workflows}
                   for p in itertools.islice(rt.agents.values(), limit)]
-        return {"policy": self.policy_name, "scheduler": self.scheduler.stats(), "in_flight": self.in_flight, "warming": self.warming,
+        sched = self.scheduler.stats()
+        if self.gate is not None:
+            sched["gate"] = self.gate.stats()
+        return {"policy": self.policy_name, "scheduler": sched, "in_flight": self.in_flight,
+                "starting": self.starting, "warming": self.warming,
                 "warmups_sent": self.warmups_sent, "runtime_errors": rt.errors,
                 "kv_capacity_tokens": self.cache.capacity_tokens, "engine_work_tokens": self.cache.work,
                 "totals": self.metrics.totals(), "workflows": wfs, "agents": agents,

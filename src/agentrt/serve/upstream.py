@@ -2,10 +2,16 @@
 
 Why not httpx: its connection pool scans every connection on each request (quadratic under 64
 concurrent calls) and it decodes what a proxy must pass through. This client:
-- keeps idle keep-alive connections in a LIFO stack (`max_idle`), opens new ones on demand
-  (connect timeout `connect_s`), and retries a request once on a fresh connection when a reused
-  one turns out to be closed before any byte of the answer came back (the keep-alive race),
-  unless the caller's client has left meanwhile (`cancelled`): the call is then not sent again;
+- keeps idle keep-alive connections in a LIFO stack (`max_idle`), at most `idle_s` each (below
+  the upstream's own keep-alive timeout: vLLM's is 5 s), and opens new ones on demand (connect
+  timeout `connect_s`). A pooled connection is checked before it is used (its transport, its
+  reader, and a zero-timeout poll of its socket): one the upstream closed or reset while it sat
+  idle is dropped, never written to;
+- sends a request at most once unless it provably never reached the upstream: only a write that
+  failed at once (the connection was found dead as the bytes were handed to it) is retried, once,
+  on a fresh connection, and not for a caller whose client has left (`cancelled`). A connection
+  that dies after the request was written, before any answer byte, is a plain `UpstreamError`:
+  the upstream may be working on it (a POST generates; sending it again would generate twice);
 - bounds every read by `read_s` (the time between bytes, not the whole answer), raising
   `UpstreamTimeout`;
 - never decodes: bodies come back as the upstream sent them (chunked transfer decoded, content
@@ -18,6 +24,7 @@ concurrent calls) and it decodes what a proxy must pass through. This client:
 from __future__ import annotations
 
 import asyncio
+import select
 import ssl as _ssl
 from urllib.parse import urlsplit
 
@@ -30,16 +37,17 @@ class UpstreamTimeout(UpstreamError):
     pass
 
 
-class _Stale(Exception):
-    """A reused keep-alive connection was closed by the upstream before it answered."""
+class _NotSent(Exception):
+    """Writing the request failed at once: not one byte of it can have reached the upstream."""
 
 
 class _Conn:
-    __slots__ = ("reader", "writer", "expired")
+    __slots__ = ("reader", "writer", "expired", "idle_since")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
         self.expired = False
+        self.idle_since = 0.0
 
     def expire(self) -> None:
         self.expired = True
@@ -54,7 +62,20 @@ class _Conn:
             h.cancel()
 
     def usable(self) -> bool:
-        return not self.writer.is_closing() and not self.reader.at_eof()
+        return not self.writer.is_closing() and not self.reader.at_eof() and self.reader.exception() is None
+
+    def alive(self) -> bool:
+        """Usable, and nothing waiting on its socket: an idle keep-alive connection has nothing
+        to read, so a pending EOF, reset or stray byte means it must not carry a request."""
+        if not self.usable():
+            return False
+        sock = self.writer.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        if fd < 0:
+            return True
+        p = select.poll()                        # the fd is open: the transport is not closing
+        p.register(fd, select.POLLIN | select.POLLPRI)
+        return not p.poll(0)
 
     def close(self) -> None:
         self.writer.close()
@@ -165,21 +186,34 @@ class Response:
 
 class UpstreamPool:
     def __init__(self, base_url: str, connect_s: float = 10.0, read_s: float = 300.0,
-                 max_idle: int = 256) -> None:
+                 max_idle: int = 256, idle_s: float = 4.0) -> None:
         u = urlsplit(base_url)
         self.host = u.hostname or "127.0.0.1"
         self.tls = u.scheme == "https"
         self.port = u.port or (443 if self.tls else 80)
         self.host_header = (u.netloc or self.host).encode()
-        self.connect_s, self.read_s, self.max_idle = connect_s, read_s, max_idle
+        self.connect_s, self.read_s, self.max_idle, self.idle_s = connect_s, read_s, max_idle, idle_s
         self._idle: list[_Conn] = []
         self._ssl = _ssl.create_default_context() if self.tls else None
 
     def _put(self, conn: _Conn) -> None:
         if len(self._idle) < self.max_idle:
+            conn.idle_since = asyncio.get_running_loop().time()
             self._idle.append(conn)
         else:
             conn.close()
+
+    def _pooled(self) -> _Conn | None:
+        """The most recently pooled connection that is still good; dead or old ones are closed."""
+        if not self._idle:
+            return None
+        oldest = asyncio.get_running_loop().time() - self.idle_s
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.idle_since >= oldest and conn.alive():
+                return conn
+            conn.writer.transport.abort()
+        return None
 
     async def _connect(self) -> _Conn:
         try:
@@ -204,37 +238,44 @@ class UpstreamPool:
             head += (k, b": ", v, b"\r\n")
         data = b"".join(head) + b"\r\n" + body
         for attempt in (0, 1):
-            reused = bool(self._idle) and attempt == 0
-            conn = self._idle.pop() if reused else await self._connect()
+            conn = self._pooled() if attempt == 0 else None
+            if conn is None:
+                conn = await self._connect()
             try:
                 if on_conn is not None:
                     on_conn(conn)
                 if cancelled is not None and cancelled():
                     raise UpstreamError("the client left before the call was sent")
-                return await self._exchange(conn, method, data, reused)
-            except _Stale:
-                if cancelled is not None and cancelled():
-                    raise UpstreamError("the client left; the call was not sent again") from None
-                continue                             # a stale keep-alive connection: once more
+                return await self._exchange(conn, method, data)
+            except _NotSent as e:
+                conn.writer.transport.abort()
+                if attempt or (cancelled is not None and cancelled()):
+                    raise UpstreamError(f"upstream unreachable: {e}") from None
+                continue                             # never reached the upstream: once more
             except BaseException:
                 conn.writer.transport.abort()        # cancelled, or a broken answer: never reused
                 raise
         raise UpstreamError("upstream unreachable")        # not reached
 
-    async def _exchange(self, conn: _Conn, method: str, data: bytes, reused: bool) -> Response:
-        """Write the request and read the answer's head; `_Stale` if a reused connection turns
-        out closed before any byte came back (the keep-alive race)."""
+    async def _exchange(self, conn: _Conn, method: str, data: bytes) -> Response:
+        """Write the request and read the answer's head. `_NotSent` if the write failed at once
+        (the request cannot have reached the upstream); any later failure is an `UpstreamError`
+        (it may have: never sent again)."""
+        transport = conn.writer.transport
         try:
             conn.writer.write(data)
+        except (OSError, RuntimeError) as e:          # uvloop raises RuntimeError on a closed transport
+            raise _NotSent(f"the connection was closed: {e!r}") from None
+        if transport.is_closing():                    # the send failed as the bytes were handed over
+            raise _NotSent("the connection was closed") from None
+        try:
             line = await conn.timed(conn.reader.readuntil(b"\r\n\r\n"), self.read_s)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
-            conn.writer.transport.abort()
+            transport.abort()
             if conn.expired:
                 raise UpstreamTimeout(f"no answer from the upstream for {self.read_s:g} s") from None
-            if reused and isinstance(e, (ConnectionError, asyncio.IncompleteReadError)) \
-                    and not getattr(e, "partial", b""):
-                raise _Stale() from None
-            raise UpstreamError(f"upstream unreachable or broke off: {e!r}") from None
+            raise UpstreamError("the upstream closed the connection without answering (the call "
+                                f"is not sent again: it may have reached the upstream): {e!r}") from None
         lines = line.split(b"\r\n")
         try:
             status = int(lines[0].split(b" ", 2)[1])

@@ -16,17 +16,22 @@ Stricter than vLLM, because the server must stay up and consistent for every ten
 - fields the server owns are refused (400, naming them): `cache_salt` (the server sets the
   tenant's salt; silently replacing a client's would drop an isolation it asked for without
   telling it), `kv_transfer_params` (instructions to the KV connector; the server sends its
-  kv_hints envelope there), `kv_hints` (vLLM's hint envelope: a client's could name another
-  tenant's workflow), and `agentrt_*` keys in `vllm_xargs` (identity comes from headers or
-  `metadata`; see identity.py).
+  kv_hints envelope there), and `agentrt_*` keys in `vllm_xargs` (identity comes from headers or
+  `metadata`; see identity.py);
+- a client's `kv_hints` (vLLM's hint envelope) may hold only the standard actions `kv.retain` and
+  `vllm.set_priority`, each within its schema (`wire/stdhints.py`): agentrt's own actions could
+  name another tenant's workflow or claim a warm-up, and are the server's; anything else is a 400
+  naming the action. The server forwards the actions in its own envelope.
 """
 
 from __future__ import annotations
 
 import orjson
 
+from agentrt.wire.stdhints import check_client_envelope
+
 JSON_TYPES = ("application/json",)
-SERVER_FIELDS = ("cache_salt", "kv_transfer_params", "kv_hints")
+SERVER_FIELDS = ("cache_salt", "kv_transfer_params")
 MAX_DEPTH = 254             # the deepest nesting orjson encodes again
 MAX_OUTPUT_TOKENS = 1 << 24  # longer than any model's context: a claim past it is not an estimate
 
@@ -88,6 +93,11 @@ def _check_common(body: dict) -> None:
     for f in SERVER_FIELDS:
         if f in body:
             raise RequestError(f"'{f}' is set by the server, not by clients", f)
+    if "kv_hints" in body:
+        try:
+            check_client_envelope(body["kv_hints"])
+        except ValueError as e:
+            raise RequestError(str(e), "kv_hints") from None
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("'model' must be a string", "model")

@@ -31,6 +31,10 @@ class CacheEstimate:
     def record(self, tenant: str, hash_ids: list[int]) -> None:
         self._seen.set_many(tenant, hash_ids, self.work)
 
+    def tenant_entries(self, tenant: str) -> int:
+        """Blocks of the tenant the estimate holds (resident or not: an upper bound)."""
+        return self._seen.tenant_size(tenant)
+
     def gpu_prefix(self, tenant: str, hash_ids: list[int]) -> int:
         n = 0
         for h in hash_ids:
@@ -54,6 +58,10 @@ class ServerView:
         self.host_blocks = 0
         self.decode_only = False
         self.pcie_blocks_per_iteration = 0
+
+    def tenant_entries(self, tenant: str) -> int:
+        """Blocks of the tenant the estimate holds (resident or not: an upper bound)."""
+        return self._seen.tenant_size(tenant)
 
     def gpu_prefix(self, tenant: str, hash_ids: list[int]) -> int:
         return self._cache.gpu_prefix(tenant, hash_ids)

@@ -15,6 +15,7 @@ MAX_TOKENS = 1 << 20            # input_length, output_length and block_size: at
 MAX_TIME_MS = 1e13              # timestamp and think_ms: 0 <= t <= 1e13 ms (year 2286 as Unix time)
 MAX_INDEX = (1 << 63) - 1       # call and after: a signed 64-bit integer
 MAX_CONCURRENCY = 1_000_000     # header `concurrency`
+MAX_WORKFLOWS = 1_000_000       # a generated workload (generate, bench --workload, export)
 MAX_REPR = 80                   # characters of a bad value quoted in an error message
 # The longest legal line: MAX_TOKENS hash ids plus as many output hash ids (block_size 1, output
 # as long as the prompt), each a 64-bit id of up to 20 characters and ", ": 2 x 2^20 x 22 bytes =

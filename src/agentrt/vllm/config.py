@@ -34,6 +34,10 @@ Keys of `kv_connector_extra_config` (all optional):
                     plus its running requests' blocks) has its blocks evicted before any other
                     tenant's (the `fair` scheduler's KV shares; `vllm/tenants.py`). Unnamed
                     tenants weigh 1. Works with every policy, `lru` included
+    retain_budget   fraction of the KV pool that clients' kv.retain and vllm.set_priority hints
+                    may keep above the policy's order at once (default 0.25; 0: refuse them all);
+                    a tenant gets its share of it (tenant_shares' weights, else equal)
+    retain_max_s    the longest a retention lasts, whatever a hint asks (default 3600 s)
     safety_net      true (default) or false: the runtime's LRU safety net (a policy that
                     measurably loses to LRU on the requests vLLM serves is ranked by LRU until it
                     does not; `runtime/safety_net.py`); its figures are `net_*` in the stats
@@ -70,6 +74,8 @@ class ConnectorConfig:
     max_workflows: int | None = 65536
     max_workflows_per_tenant: int | None = 8192
     tenant_shares: bool | str | dict = False
+    retain_budget: float = 0.25
+    retain_max_s: float = 3600.0
     safety_net: bool = True
     cpu_binding: str = "stock"
     fail_after: int | None = None
@@ -102,6 +108,11 @@ class ConnectorConfig:
         if not isinstance(cfg.safety_net, bool):
             raise ValueError(f"safety_net must be true or false, got {cfg.safety_net!r}")
         cfg.share_weights()                     # a bad weight fails here
+        cfg.retain_budget, cfg.retain_max_s = float(cfg.retain_budget), float(cfg.retain_max_s)
+        if not 0.0 <= cfg.retain_budget <= 1.0:
+            raise ValueError(f"retain_budget must be in [0, 1], got {cfg.retain_budget}")
+        if not 0.0 < cfg.retain_max_s <= 30 * 86400:
+            raise ValueError(f"retain_max_s must be in (0, 2592000], got {cfg.retain_max_s}")
         from agentrt.vllm.cpu_binding import BINDINGS
         if cfg.cpu_binding not in BINDINGS:
             raise ValueError(f"cpu_binding must be one of {', '.join(BINDINGS)}, got {cfg.cpu_binding!r}")

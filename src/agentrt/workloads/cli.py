@@ -93,8 +93,9 @@ def generate(
 
     wl = get_workload(name, _generator_options(options))
     _arrivals(rate, concurrency)
-    if workflows <= 0:
-        raise AgentrtError(f"--workflows must be > 0, got {workflows}")
+    from agentrt.trace.limits import MAX_WORKFLOWS
+    if not 0 < workflows <= MAX_WORKFLOWS:
+        raise AgentrtError(f"--workflows must be from 1 to {MAX_WORKFLOWS:,}, got {workflows}")
     if seed < 0:
         raise AgentrtError(f"--seed must be >= 0, got {seed}")
     _block_size(block_size)

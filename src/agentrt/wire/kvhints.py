@@ -18,6 +18,10 @@ engine API: `AsyncLLM.generate(..., kv_hints=)`, `LLMEngine.add_request(..., kv_
 has no `kv_hints` request field, while `kv_transfer_params` reaches the connector as
 `Request.kv_transfer_params`; `kv_hint` is the key Dynamo's vLLM bridge uses).
 
+The standard actions `kv.retain` and `vllm.set_priority` (vLLM's kv_hints work) are read by
+`stdhints.py` into `Hints.retain` / `Hints.claims` (refusals in `Hints.refused`); the connector
+executes them (`runtime/retention.py`). They are neither agentrt's nor foreign.
+
 Reading never raises. Accepted: a dict or a msgspec struct with the fields above as strings, at
 most `MAX_ACTIONS` actions read per envelope. `protocol_version` is only checked to be a short
 string (vLLM defines no values; agentrt's meaning is versioned per action). An action version is
@@ -34,6 +38,8 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+
+from agentrt.wire import stdhints
 
 PROTOCOL_VERSION = "0.1"        # what agentrt emits; any short string is read
 ACTION_VERSION = "1.0"          # what agentrt emits for each of its types
@@ -66,6 +72,10 @@ class Hints:
     warmup: bool = False
     actions: int = 0                                    # agentrt actions read
     ignored: list[str] = field(default_factory=list)    # why others were not (bounded)
+    retain: stdhints.RetainHint | None = None           # kv.retain (all of an envelope's, joined)
+    claims: list = field(default_factory=list)          # vllm.set_priority claims
+    refused: list[str] = field(default_factory=list)    # why standard actions were refused
+    retain_actions: int = 0
 
 
 @dataclass(slots=True)
@@ -191,6 +201,11 @@ def _read_action(a, out: Hints, seen: set[str], c: HintCounts) -> None:
     if not _short_str(atype, 128):
         return _ignore(out, c, "malformed", "action_type")
     if not atype.startswith(PREFIX):
+        if atype in stdhints.TYPES:      # a standard action the connector executes
+            if not _short_str(_get(a, "action_id"), MAX_ID_CHARS):
+                out.refused.append("malformed")
+                return
+            return stdhints.read(atype, _get(a, "action_version"), _get(a, "payload"), out)
         c.foreign += 1                   # another component's action: not ours to judge
         return
     reader = _READERS.get(atype)

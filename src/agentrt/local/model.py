@@ -25,6 +25,12 @@ SIZES = {
     "small": dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
                   num_attention_heads=16, num_key_value_heads=16, vocab=8192),
 }
+# shapes served with vLLM's dummy weights (`--load-format dummy`): config and tokenizer only, for
+# GPU machines (benchmarks/gpu/run.py); Llama-3.1-8B's layers, widths and heads, a small vocabulary
+CONFIG_ONLY = {
+    "llama3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                        num_attention_heads=32, num_key_value_heads=8, vocab=8192),
+}
 SPECIAL = ["<unk>", "<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -69,31 +75,61 @@ def _tokenizer(out_dir: Path, vocab: int):
     return fast
 
 
-def build_model(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> Path:
-    """Build (or reuse, if already complete) a model directory; returns its path."""
-    if size not in SIZES:
-        raise ValueError(f"unknown model size {size!r}; valid: {', '.join(SIZES)}")
-    out = Path(out_dir)
-    done = out / "build_info.json"
-    if done.exists():
-        return out
-    out.mkdir(parents=True, exist_ok=True)
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    t0 = time.time()
-    spec = dict(SIZES[size])
+def _llama_config(out: Path, spec: dict, rope_theta: float, dtype: str):
+    """Train the tokenizer into `out` and return (tokenizer, LlamaConfig) of shape `spec`."""
+    from transformers import LlamaConfig
+    spec = dict(spec)
     tok = _tokenizer(out, spec.pop("vocab"))
     cfg = LlamaConfig(vocab_size=len(tok), max_position_embeddings=MAX_LEN, rms_norm_eps=1e-5,
-                      rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=tok.bos_token_id,
+                      rope_theta=rope_theta, tie_word_embeddings=False, bos_token_id=tok.bos_token_id,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      torch_dtype="float32", **spec)
+                      torch_dtype=dtype, **spec)
+    return tok, cfg
+
+
+def _fresh_dir(out_dir: str | Path, name: str, known: dict) -> tuple[Path, bool]:
+    """(the directory, whether it is already complete); refuses an unknown shape name."""
+    if name not in known:
+        raise ValueError(f"unknown model size {name!r}; valid: {', '.join(known)}")
+    out = Path(out_dir)
+    if (out / "build_info.json").exists():
+        return out, True
+    out.mkdir(parents=True, exist_ok=True)
+    return out, False
+
+
+def build_model(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> Path:
+    """Build (or reuse, if already complete) a model directory; returns its path."""
+    out, done = _fresh_dir(out_dir, size, SIZES)
+    if done:
+        return out
+    import torch
+    from transformers import LlamaForCausalLM
+
+    t0 = time.time()
+    tok, cfg = _llama_config(out, SIZES[size], 10000.0, "float32")
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg).to(torch.float32).eval()
     model.save_pretrained(str(out), safe_serialization=True)
     info = {"size": size, "vocab": len(tok), "params": sum(t.numel() for t in model.parameters()),
             "seed": seed, "build_s": round(time.time() - t0, 2)}
-    done.write_text(json.dumps(info, indent=1))
+    (out / "build_info.json").write_text(json.dumps(info, indent=1))
+    return out
+
+
+def build_config_only(out_dir: str | Path, shape: str = "llama3.1-8b") -> Path:
+    """A model directory with config.json and a tokenizer but no weights, for vLLM's
+    `--load-format dummy` (random weights made on the device; nothing downloaded or written)."""
+    out, done = _fresh_dir(out_dir, shape, CONFIG_ONLY)
+    if done:
+        return out
+    spec = CONFIG_ONLY[shape]
+    tok, cfg = _llama_config(out, spec, 500000.0, "bfloat16")
+    cfg.save_pretrained(str(out))
+    h, kv = spec["hidden_size"], spec["num_key_value_heads"] / spec["num_attention_heads"]
+    params = spec["num_hidden_layers"] * (2 * h * h * (1 + kv) + 3 * h * spec["intermediate_size"]) + 2 * h * len(tok)
+    (out / "build_info.json").write_text(json.dumps({"size": shape, "vocab": len(tok), "params": int(params),
+                                                     "weights": "dummy"}, indent=1))
     return out
 
 

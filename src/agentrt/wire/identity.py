@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentrt.vllm import kvhints
-from agentrt.vllm.kvhints import HintCounts, Hints, clean_id
+from agentrt.wire import kvhints
+from agentrt.wire.kvhints import HintCounts, Hints, clean_id
 
 WORKFLOW = "agentrt_workflow"
 AGENT = "agentrt_agent"

@@ -1,6 +1,6 @@
 """Run a server under a supervisor that takes it down, children included, when its starter dies.
 
-    python -m agentrt.vllm.supervise PARENT_PID GRACE_S ARG...   # runs `python ARG...`
+    python -m agentrt.local.supervise PARENT_PID GRACE_S ARG...   # runs `python ARG...`
 
 Model (`launch.VLLMServer(die_with_parent=True)`; Linux, any POSIX system with `os.getppid`)
 - The supervisor checks that its parent is PARENT_PID (else it never starts the server), runs
@@ -30,7 +30,7 @@ POLL_S = 0.2
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3:
-        print("usage: python -m agentrt.vllm.supervise PARENT_PID GRACE_S ARG...", file=sys.stderr)
+        print("usage: python -m agentrt.local.supervise PARENT_PID GRACE_S ARG...", file=sys.stderr)
         return 2
     parent, grace_s, args = int(argv[0]), float(argv[1]), argv[2:]
     if os.getppid() != parent:

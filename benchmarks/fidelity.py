@@ -1,0 +1,162 @@
+"""The calibrated simulator against the live engine, on the same calls, per policy.
+
+    python benchmarks/fidelity.py --workload team --seed 0 --runs 3 --json docs/results/engine/fidelity-team.json
+    python benchmarks/fidelity.py --trace out/ag2.jsonl --runs 3 --json docs/results/engine/fidelity-ag2.json
+    python benchmarks/fidelity.py --docs-only          # re-render docs/results.md from the stored JSONs
+
+Calibrates the local vLLM first (`agentrt calibrate`, about 5 minutes) unless `--preset-file` is
+given, then runs `agentrt bench --engine vllm` `--runs` times (live answers on; stock vLLM
+always first) and `agentrt bench --preset-file` once on the calls the first live run sent
+(`replayed-engine.jsonl`), and writes `agentrt.enginebench.fidelity.compare`'s JSON:
+{"policies": {"lru": {"live_hit", "sim_hit", "live_ttft_mean_s", "sim_ttft_mean_s",
+"live_e2e_mean_s", "sim_e2e_mean_s", ... ranges and ratios}}, "settings": ...}. The table
+between the `fidelity` markers of docs/results.md shows every stored fidelity-*.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from agentrt.enginebench.fidelity import compare, order_agrees
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "docs" / "results" / "engine"
+DOCS = REPO / "docs" / "results.md"
+START, END = "<!-- fidelity:start -->", "<!-- fidelity:end -->"
+
+
+def agentrt(*args: str) -> None:
+    cmd = [sys.executable, "-m", "agentrt.cli", *args]
+    print("  $ agentrt", " ".join(args), flush=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def source_args(a) -> list[str]:
+    if a.trace:
+        return ["--trace", a.trace]
+    return ["--workload", a.workload, "--seed", str(a.seed), "--workflows", str(a.workflows)]
+
+
+def work_and_preset(a, name: str, *calibrate: str) -> tuple[Path, Path]:
+    """The work folder (`--work-dir`, else a new temporary one) and the preset: `--preset-file`,
+    else `agentrt calibrate --engine vllm --vllm-blocks N` (plus `calibrate`) run into the folder."""
+    work = Path(a.work_dir or tempfile.mkdtemp(prefix=f"agentrt-{name}-"))
+    work.mkdir(parents=True, exist_ok=True)
+    preset = Path(a.preset_file) if a.preset_file else work / "preset.json"
+    if not a.preset_file:
+        agentrt("calibrate", "--engine", "vllm", *calibrate, "--vllm-blocks", str(a.vllm_blocks), "-o", str(preset))
+    return work, preset
+
+
+def run(a) -> dict:
+    t0 = time.time()
+    work, preset = work_and_preset(a, "fidelity")
+    live_args = ["bench", *source_args(a), "--engine", "vllm", "--policies", a.policies, "--vllm-blocks", str(a.vllm_blocks),
+                 "--scale", str(a.scale), "--think-scale", str(a.think_scale), "--train-fraction", "0",
+                 "--scheduler", a.scheduler, "--quiet"]
+    if a.concurrency:
+        live_args += ["--concurrency", str(a.concurrency)]
+    if a.max_calls:
+        live_args += ["--max-calls", str(a.max_calls)]
+    live = []
+    for i in range(a.runs):
+        out = work / f"live{i}.json"
+        agentrt(*live_args, "--json", str(out), "--log-dir", str(work / f"run{i}"))
+        live.append(json.loads(out.read_text()))
+    engine_trace = work / "run0" / "replayed-engine.jsonl"
+    conc = live[0]["config"]["concurrency"]
+    sim_out = work / "sim.json"
+    # the live pool: vLLM's blocks less its null block, in the engine trace's blocks (the same size)
+    sim_args = ["bench", "--trace", str(engine_trace), "--preset-file", str(preset), "--policies", a.policies,
+                "--gpu-blocks", str(a.vllm_blocks - 1), "--scheduler", a.scheduler, "--train-fraction", "0",
+                "--quiet", "--json", str(sim_out)]
+    if conc:
+        sim_args += ["--concurrency", str(conc)]
+    agentrt(*sim_args)
+    sim = json.loads(sim_out.read_text())
+    names = a.policies.split(",")
+    doc = compare(live, sim, names, a.scheduler)
+    doc["order_disagreements"] = order_agrees(doc["policies"])
+    doc["settings"] = {"source": " ".join(source_args(a)), "runs": a.runs, "policies": names,
+                       "scheduler": a.scheduler, "vllm_blocks": a.vllm_blocks, "scale": a.scale,
+                       "think_scale": a.think_scale, "concurrency": conc, "calls": live[0]["calls"],
+                       "preset": json.loads(preset.read_text()),
+                       "command": "python benchmarks/fidelity.py " + " ".join(sys.argv[1:]),
+                       "seconds": round(time.time() - t0)}
+    return doc
+
+
+def pct(x) -> str:
+    return "" if x is None else f"{100 * x:.1f}"
+
+
+def rng(r, scale=1.0, digits=2) -> str:
+    return f"{r[0] * scale:.{digits}f}-{r[1] * scale:.{digits}f}"
+
+
+def markdown(docs: dict[str, dict]) -> str:
+    lines = ["| trace | policy | live hit % (range) | sim hit % | live TTFT mean s (range) | sim | "
+             "live TTFT p90 s | sim | live E2E mean s (range) | sim | output blocks reused live |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, d in docs.items():
+        for pol, f in d["policies"].items():
+            lines.append(
+                f"| {name} | {pol} | {pct(f['live_hit'])} ({rng(f['live_hit_range'], 100, 1)}) | {pct(f['sim_hit'])} "
+                f"| {f['live_ttft_mean_s']:.2f} ({rng(f['live_ttft_mean_s_range'])}) | {f['sim_ttft_mean_s']:.2f} "
+                f"| {f['live_ttft_p90_s']:.2f} | {f['sim_ttft_p90_s']:.2f} "
+                f"| {f['live_e2e_mean_s']:.1f} ({rng(f['live_e2e_mean_s_range'], 1, 1)}) | {f['sim_e2e_mean_s']:.1f} "
+                f"| {f['output_blocks_live']:.0f} |")
+    cmds = "; ".join(f"`{d['settings']['command']}`" for d in docs.values())
+    return "\n".join(lines) + f"\n\nCommands: {cmds}."
+
+
+def write_docs() -> None:
+    docs = {p.stem.removeprefix("fidelity-"): json.loads(p.read_text()) for p in sorted(RESULTS.glob("fidelity-*.json"))}
+    text = DOCS.read_text()
+    a, b = text.index(START) + len(START), text.index(END)
+    DOCS.write_text(text[:a] + "\n" + markdown(docs) + "\n" + text[b:])
+    print(f"updated {DOCS}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--trace")
+    src.add_argument("--workload", default="team")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workflows", type=int, default=24)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--policies", default="lru,cachesage,pbkv-ta")
+    ap.add_argument("--scheduler", default="fcfs")
+    ap.add_argument("--vllm-blocks", type=int, default=256)
+    ap.add_argument("--scale", type=float, default=0.125)
+    ap.add_argument("--think-scale", type=float, default=0.25)
+    ap.add_argument("--concurrency", type=int, default=None)
+    ap.add_argument("--max-calls", type=int, default=None)
+    ap.add_argument("--preset-file", default=None, help="a preset from agentrt calibrate (default: measure one)")
+    ap.add_argument("--work-dir", default=None)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--docs-only", action="store_true")
+    a = ap.parse_args(argv)
+    if a.docs_only:
+        write_docs()
+        return 0
+    doc = run(a)
+    out = Path(a.json or RESULTS / f"fidelity-{Path(a.trace).stem if a.trace else a.workload}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    print(markdown({out.stem: doc}))
+    if doc["order_disagreements"]:
+        print("order disagreements:", ", ".join(doc["order_disagreements"]))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""`agentrt calibrate`: measure a live engine into a preset file (`engine/preset_file.py`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from agentrt.errors import AgentrtError
+
+
+def calibrate(
+    out: Path = typer.Option(..., "-o", "--out", help="preset file to write (JSON)"),
+    engine: str = typer.Option("vllm", "--engine", help="the engine to measure: vllm (a local vLLM on this machine)"),
+    model_size: str = typer.Option("tiny", "--model-size", help="local random-weight model: tiny or small"),
+    vllm_blocks: int = typer.Option(256, "--vllm-blocks", help="KV pool in engine blocks of 32 tokens (as bench --engine vllm)"),
+    repeats: int = typer.Option(3, "--repeats", help="prefill measurements per shape (the median is kept)"),
+    log: Path = typer.Option(None, "--log", help="keep the server's log here"),
+) -> None:
+    """Measure a live engine's prefill and decode costs and scheduler limits; write a preset file.
+
+    `agentrt bench --preset-file FILE` replays on the measured engine; `agentrt presets --file
+    FILE` shows what it holds. Takes about 5 minutes on 2 cores (run nothing else meanwhile)."""
+    import importlib.util
+
+    from agentrt.engine.preset_file import describe, write_preset_file
+    from agentrt.options import output_file
+    if engine != "vllm":
+        raise AgentrtError(f"--engine must be vllm (the only live engine agentrt runs), got {engine!r}")
+    if importlib.util.find_spec("vllm") is None:
+        raise AgentrtError('calibrate --engine vllm needs vLLM: pip install -e ".[vllm]"')
+    if model_size not in ("tiny", "small"):
+        raise AgentrtError(f"--model-size must be tiny or small, got {model_size!r}")
+    if vllm_blocks < 8:
+        raise AgentrtError(f"--vllm-blocks must be >= 8, got {vllm_blocks}")
+    if not 1 <= repeats <= 20:
+        raise AgentrtError(f"--repeats must be 1 to 20, got {repeats}")
+    output_file(out, "-o")
+    from agentrt.enginebench.calibrate import calibrate_vllm
+    cmd = f"agentrt calibrate --engine vllm --model-size {model_size} --vllm-blocks {vllm_blocks} --repeats {repeats}"
+    doc = calibrate_vllm(model_size, vllm_blocks, repeats=repeats, log_path=str(log) if log else None,
+                         say=lambda m: typer.echo(m, err=True), command=cmd)
+    pf = write_preset_file(doc, out)
+    for what, value in describe(pf):
+        typer.echo(f"{what:18s} {value}")
+    typer.echo(f"wrote {out}")
+
+
+def register_commands(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate)

@@ -1,0 +1,104 @@
+"""The simulator against the live engine on the same calls: does the calibrated model predict it?
+
+Model: `runs` live replays (`agentrt bench --engine vllm`, `enginebench/runner.py`) of one trace
+per policy, then one simulator replay of exactly the calls the engine was sent (the run's
+`replayed-engine.jsonl`: lengths as sent, one hash id per engine block, `trace/reblock.py`) on
+a preset measured on that engine (`agentrt calibrate`: its costs, KV pool, scheduler limits and
+caching point), with the same concurrency, think times and policies. Per policy (and scheduler,
+keyed `SCHEDULER+POLICY` when one is given): the live medians and ranges over runs and the
+simulator's value of hit rate, mean and p90 TTFT and mean workflow E2E; `*_ratio` is sim / live
+median. Live runs use live answers (later prompts carry the engine's own tokens), so output
+blocks are reused live as in the simulator.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+FIGURES = (("hit", "hit_rate"), ("ttft_mean_s", "ttft_mean_s"), ("ttft_p90_s", "ttft_p90_s"),
+           ("e2e_mean_s", "e2e_mean_s"))
+
+
+def label(policy: str, scheduler: str) -> str:
+    return policy if scheduler == "fcfs" else f"{scheduler}+{policy}"
+
+
+def live_label(policy: str, scheduler: str) -> str:
+    """The engine bench's own label for a run (`runner.plan_runs`)."""
+    return policy if scheduler == "fcfs" else f"{policy}+{scheduler}"
+
+
+def live_runs(source_factory: Callable, policies: list[str], opts, runs: int, log_root: Path,
+              say: Callable[[str], None] = print) -> list[dict]:
+    """`runs` engine-bench documents, each with its own log folder (run_i/)."""
+    from agentrt.enginebench.runner import run_engine_bench
+    docs = []
+    for i in range(runs):
+        d = log_root / f"run{i}"
+        source = source_factory()
+        try:
+            docs.append(run_engine_bench(source, policies, replace(opts, log_dir=str(d)), log=say))
+        finally:
+            source.close()
+        say(f"live run {i + 1}/{runs} done")
+    return docs
+
+
+def sim_run(engine_trace: Path, preset_file: Path, policies: list[str], scheduler: str,
+            concurrency: int | None, time_scale: float, seed: int) -> dict:
+    """One simulator replay of the calls the engine was sent, on the measured preset."""
+    from agentrt.bench.cli_spec import bench_spec
+    from agentrt import defaults
+    spec = bench_spec(trace=engine_trace, workload=None, policies=",".join(policies), engine="sim",
+                      gpu_blocks=None, host_blocks=0, preset=defaults.PRESET, preset_file=preset_file,
+                      seed=seed, workflows=defaults.WORKFLOWS, concurrency=concurrency, tool_scale=1.0,
+                      time_scale=time_scale, json_path=None, csv_path=None, plot=None, train=None,
+                      train_fraction=0.0, predictor=None, predictor_kind="graphsage",
+                      predictor_noise=0.0, set_=[], scheduler=scheduler, max_wait=None, max_hold=None,
+                      tenant_weights=None)
+    return spec.run()
+
+
+def compare(live_docs: list[dict], sim_doc: dict, policies: list[str], scheduler: str) -> dict:
+    """{"policies": {label: figures}}: live medians and ranges, simulator values, ratios."""
+    out: dict = {}
+    for p in policies:
+        lab = live_label(p, scheduler)
+        rows = [d["results"][lab] for d in live_docs if lab in d["results"]]
+        sim = sim_doc["results"].get(p)
+        if not rows or sim is None:
+            continue
+        f: dict = {"runs": len(rows)}
+        for short, key in FIGURES:
+            vals = [r[key] for r in rows if r.get(key) is not None]
+            if not vals:
+                continue
+            med = statistics.median(vals)
+            f[f"live_{short}"] = med
+            f[f"live_{short}_range"] = [min(vals), max(vals)]
+            f[f"sim_{short}"] = sim.get(key)
+            if sim.get(key) is not None and med:
+                f[f"{short}_ratio"] = sim[key] / med
+        f["output_blocks_live"] = statistics.median(r.get("output_blocks_live") or 0 for r in rows)
+        out[label(p, scheduler)] = f
+    return {"policies": out}
+
+
+def separated(a: dict, b: dict) -> bool:
+    """Whether two policies' live hit-rate ranges do not overlap (the runs separate them)."""
+    (lo1, hi1), (lo2, hi2) = a["live_hit_range"], b["live_hit_range"]
+    return hi1 < lo2 or hi2 < lo1
+
+
+def order_agrees(policies: dict) -> list[str]:
+    """Pairs the live runs separate whose order the simulator gets wrong (empty: all agree)."""
+    names, bad = list(policies), []
+    for i, x in enumerate(names):
+        for y in names[i + 1:]:
+            a, b = policies[x], policies[y]
+            if separated(a, b) and (a["live_hit"] - b["live_hit"]) * (a["sim_hit"] - b["sim_hit"]) < 0:
+                bad.append(f"{x} vs {y}")
+    return bad

@@ -1,0 +1,82 @@
+"""benchmarks/live_admission.py: its search, summaries and table (fast), and the CI version of the
+whole script on a real vLLM (slow: two servers, one `agentrt serve`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench_scripts import BENCHMARKS, load_script
+from vllm_support import requires_vllm
+
+
+@pytest.fixture
+def la(monkeypatch):
+    return load_script(monkeypatch, "live_admission")
+
+
+def test_bisect_finds_the_highest_rate_within_the_slo(la):
+    seen = []
+
+    def probe(rate):                       # p90 TTFT grows past 1.0 s above 0.3 workflows/s
+        seen.append(rate)
+        return 0.5 if rate <= 0.3 else 2.0
+    lo, hi, points = la.bisect(probe, [], 0.1, 1.0, expand=4, steps=4)
+    assert lo <= 0.3 < hi and hi / lo < 1.2 and len(seen) == len(points) == 3 + 4     # 0.1, 0.2, 0.4, then 4 steps
+    lo, hi, _ = la.bisect(probe, [], 1.0, 1.0, expand=4, steps=0)       # halving down to it
+    assert (lo, hi) == (0.25, 0.5)
+    lo, hi, _ = la.bisect(probe, [(0.2, 0.5), (0.4, 2.0)], 0.2, 1.0, expand=0, steps=0)
+    assert (lo, hi) == (0.2, 0.4)                                          # nothing probed
+
+
+def test_summaries_criteria_and_table(la):
+    def row(e2e, p99, sim):
+        return {"e2e_mean_s": e2e, "e2e_p99_s": p99, "ttft_p50_s": 0.1, "ttft_p90_s": 0.2, "ttft_p99_s": 0.3,
+                "hit_rate": 0.5, "sim_e2e_mean_s": sim, "errors": 0}
+    hi = {"stock": la.summarise([row(100, 300, 90), row(120, 320, 90), row(110, 310, 90)]),
+          "agent+pbkv-ta": la.summarise([row(50, 200, 40), row(40, 250, 40), row(45, 260, 40)])}
+    assert hi["stock"]["e2e_mean_s"] == 110 and hi["stock"]["e2e_mean_s_range"] == [100, 120]
+    lo = {"stock": la.summarise([row(10, 30, 9)]), "agent+pbkv-ta": la.summarise([row(10.2, 30, 9)])}
+    doc = {"sustainable_rate": 0.5, "slo_ttft_p90_s": 1.0, "loads": {"0.8": lo, "1.2": hi},
+           "goodput": {"stock": 0.5, "agent+pbkv-ta": 0.6}}
+    c = la.criteria(doc)
+    assert c["best_pair"] == "agent+pbkv-ta" and c["e2e_mean_x_at_1.2"] == pytest.approx(110 / 45)
+    assert c["e2e_p99_no_worse_at_1.2"] and c["goodput_x"] == pytest.approx(1.2)
+    assert c["e2e_mean_worse_at_0.8"] == pytest.approx(0.02)
+    assert c["sim_e2e_mean_x_at_1.2"] == pytest.approx(90 / 40)
+    doc.update(criteria=c, settings={"source": "--workload team", "runs": 3, "model_size": "tiny",
+                                     "vllm_blocks": 256, "command": "python benchmarks/live_admission.py"})
+    md = la.markdown({"team": doc})
+    assert "| 1.2 | agent+pbkv-ta | 45.0 (40.0-50.0) | 40.0 |" in md and "best_pair agent+pbkv-ta" in md
+
+
+def _preset(path):
+    """A preset file of the shape `agentrt calibrate` writes (its figures are not a measurement:
+    the smoke run checks the pipeline, not the simulator's prediction)."""
+    from test_calibrate import _doc
+    path.write_text(json.dumps(_doc()))
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_the_ci_version_runs_end_to_end(tmp_path, tiny_model):
+    preset = tmp_path / "preset.json"
+    _preset(preset)
+    out = tmp_path / "la.json"
+    cmd = [sys.executable, str(BENCHMARKS / "live_admission.py"), "--smoke", "--preset-file", str(preset),
+           "--json", str(out), "--work-dir", str(tmp_path / "work")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["sustainable_rate"] == 0.5 and list(doc["loads"]) == ["1.2"]
+    m = doc["loads"]["1.2"]
+    assert set(m) == {"stock", "las+lru"}
+    for pair in m.values():
+        for k in ("e2e_mean_s", "e2e_p99_s", "ttft_p50_s", "ttft_p99_s", "sim_e2e_mean_s"):
+            assert pair[k] is not None and pair[k] > 0, (k, pair)
+        assert pair["errors"] == 0
+    gate = doc["runs"]["1.2"]["las+lru"][0]["gate"]
+    assert gate["scheduler"] == "las" and sum(gate["releases"].values()) == doc["runs"]["1.2"]["las+lru"][0]["calls"]
