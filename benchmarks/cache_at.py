@@ -12,7 +12,7 @@ same memory) with `--cache-at schedule` under FCFS (lru, pbkv-ta, oracle, infini
 `agent` scheduler (lru, pbkv-ta, oracle; its prefix hold is off there, since calls admitted together
 share already), and sets them beside prefix_hold.json's runs, which share after the prefill: how much
 of each published figure depends on the engine's caching moment. Writes docs/results/cache_at.json
-and the table between the `results:cache-at` markers of docs/results.md.
+and the table between the `results:cache-at` markers of docs/notes/results-details.md.
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generalise import LOAD, WORKFLOWS  # noqa: E402
-from prefix_hold import OUT as PREFILL_RUNS  # noqa: E402
-from prefix_hold import fig, sweep  # noqa: E402
-from results import DOCS, check_counts, sweep_flags, write  # noqa: E402
+from generalise import LOAD, WORKFLOWS
+from prefix_hold import OUT as PREFILL_RUNS
+from prefix_hold import fig, sweep
+from results import DOCS, check_counts, sweep_flags, write
 
-from agentrt.workloads.randomapp import draw_app  # noqa: E402
+from agentrt.workloads.randomapp import draw_app
 
 OUT = DOCS / "results" / "cache_at.json"
 VARIANTS = {"fcfs": (("--cache-at", "schedule"), ["lru", "pbkv-ta", "oracle", "infinite"]),

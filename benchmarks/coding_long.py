@@ -31,8 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import DOCS, sweep_flags, write  # noqa: E402
+from results import DOCS, sweep_flags, write
 
 AGENTRT = ["cachesage", "kvflow", "ttl", "pbkv-lae", "pbkv-he", "pbkv-ta"]
 CODING = ["--workflows", "48", "--concurrency", "12", "--seed", "0", "--set", "system_tokens=14000",

@@ -32,7 +32,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agentrt.enginebench.connector_cost import Load, loss, measure, variant
+from agentrt.enginebench.connector_cost import Load, label, loss, measure, paired_of, variant
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("AGENTRT_SHARED", REPO.parent / "shared"))
@@ -41,15 +41,6 @@ LOADS = {"loaded": Load("loaded", 0.0005, 200, 200), "unloaded": Load("unloaded"
 DEFAULT_VARIANTS = "stock,noop,noop-stock-binding,lru,pbkv-ta,lru-vllm-binding"
 DOCS = REPO / "docs" / "vllm.md"
 START, END = "<!-- connector-cost:start -->", "<!-- connector-cost:end -->"
-NAMES = {"stock": "stock vLLM (no connector)", "noop": "do-nothing connector, vLLM's CPU binding",
-         "noop-stock-binding": "do-nothing connector, stock's CPU binding",
-         "lru-vllm-binding": "AgentRTConnector `lru`, vLLM's CPU binding (before)"}
-
-
-def label(name: str) -> str:
-    return NAMES.get(name, f"AgentRTConnector `{name}`")
-
-
 def fmt(med: dict, rng: dict, key: str, digits: int) -> str:
     lo, hi = rng[key]
     return f"{med[key]:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
@@ -59,7 +50,8 @@ def markdown(doc: dict) -> str:
     s = doc["settings"]
     lines = [f"`{s['command']}` ({s['trace']}, hash ids as "
              f"{s['chunk']} tokens; {s['model']}; block size 32; median (range) of {s['runs']} runs "
-             f"per row, round-robin; vLLM {s.get('vllm')}):", ""]
+             f"per row, round-robin; vLLM {s.get('vllm')}; \"vs stock\" is the median over rounds of "
+             f"each run's figure over stock's in the same round, which cancels the machine's drift):", ""]
     for load, res in doc["loads"].items():
         failed = sum(r.get("failed") or 0 for rs in res["raw"].values() for r in rs)
         lines += [f"**{load}** (the first {res['requests']} requests, client time factor "
@@ -69,7 +61,7 @@ def markdown(doc: dict) -> str:
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for name, v in res["variants"].items():
             m, r = v["median"], v["range"]
-            vs = res["vs_stock"].get(name)
+            vs = paired_of(res).get(name)
             ratio = (f"{vs['request_throughput']:.3f}, {vs['mean_ttft_s']:.3f}, {vs['mean_tpot_ms']:.3f}"
                      if vs else "")
             hook = f"{m['hook_us_per_step']:.0f}" if "hook_us_per_step" in m else ""
@@ -88,12 +80,14 @@ def write_docs(doc: dict) -> None:
 
 
 def check(doc: dict, margin: float, names: list[str]) -> list[str]:
-    """The variants (of `names`) that lose more than `margin` against stock at some load."""
+    """The variants (of `names`) that lose more than `margin` against stock at some load, round
+    by round (`paired_versus_stock`)."""
     bad = []
     for load, res in doc["loads"].items():
         for name in names:
-            if name in res["vs_stock"] and loss(res["vs_stock"][name]) > margin:
-                bad.append(f"{name} at {load}: loses {loss(res['vs_stock'][name]):.1%} against stock")
+            vs = paired_of(res).get(name)
+            if vs is not None and loss(vs) > margin:
+                bad.append(f"{name} at {load}: loses {loss(vs):.1%} against stock")
     return bad
 
 

@@ -2,7 +2,7 @@
 
     python benchmarks/fidelity.py --workload team --seed 0 --runs 3 --json docs/results/engine/fidelity-team.json
     python benchmarks/fidelity.py --trace out/ag2.jsonl --runs 3 --json docs/results/engine/fidelity-ag2.json
-    python benchmarks/fidelity.py --docs-only          # re-render docs/results.md from the stored JSONs
+    python benchmarks/fidelity.py --docs-only          # re-render docs/notes/results-details.md from the stored JSONs
 
 Calibrates the local vLLM first (`agentrt calibrate`, about 5 minutes) unless `--preset-file` is
 given, then runs `agentrt bench --engine vllm` `--runs` times (live answers on; stock vLLM
@@ -10,7 +10,7 @@ always first) and `agentrt bench --preset-file` once on the calls the first live
 (`replayed-engine.jsonl`), and writes `agentrt.enginebench.fidelity.compare`'s JSON:
 {"policies": {"lru": {"live_hit", "sim_hit", "live_ttft_mean_s", "sim_ttft_mean_s",
 "live_e2e_mean_s", "sim_e2e_mean_s", ... ranges and ratios}}, "settings": ...}. The table
-between the `fidelity` markers of docs/results.md shows every stored fidelity-*.json.
+between the `fidelity` markers of docs/notes/results-details.md shows every stored fidelity-*.json.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from agentrt.enginebench.fidelity import compare, order_agrees
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results" / "engine"
-DOCS = REPO / "docs" / "results.md"
+DOCS = REPO / "docs" / "notes" / "results-details.md"
 START, END = "<!-- fidelity:start -->", "<!-- fidelity:end -->"
 
 

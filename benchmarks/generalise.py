@@ -16,7 +16,7 @@ proven bound `belady-held` beside the oracle.
 
 Nothing here was tuned: the applications are drawn after the policies were written, and every
 drawn application is reported. Writes docs/results/generalise.json and the table between the
-`generalise` markers of docs/results.md.
+`generalise` markers of docs/notes/results-details.md.
 """
 
 from __future__ import annotations
@@ -29,11 +29,10 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from regimes import AGENTRT, POLICIES, below_held, held_rate, run, verdict  # noqa: E402
-from results import DOCS, check_counts, merge_rerun, rerun_flag, sweep_flags, write  # noqa: E402
+from regimes import AGENTRT, POLICIES, below_held, held_rate, run, verdict
+from results import DOCS, check_counts, merge_rerun, rerun_flag, sweep_flags, write
 
-from agentrt.workloads.randomapp import draw_app  # noqa: E402
+from agentrt.workloads.randomapp import draw_app
 
 CAPACITY = [0.5, 1.0]
 LOAD = 8

@@ -16,7 +16,7 @@ together decide it), so the rate found is one crossing of the SLO in the bracket
 one. Also reported, at the highest grid rate where LRU still meets the SLO (the loaded operating
 point), each policy's TTFT mean/p90 and E2E mean/p99 against LRU's.
 
-Writes docs/results/goodput.json and, between the `goodput` markers of docs/results.md, the tables.
+Writes docs/results/goodput.json and, between the `goodput` markers of docs/notes/results-details.md, the tables.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import DOCS, write  # noqa: E402
+from results import DOCS, write
 
 POLICIES = ["lru", "cachesage", "pbkv-lae", "pbkv-he", "pbkv-ta", "oracle"]
 PRESETS = ["qwen3-32b-h200", "llama3.1-8b-h100"]

@@ -24,9 +24,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from regimes import WORKLOADS, run  # noqa: E402
-from results import DOCS, check_counts, sweep_flags, write  # noqa: E402
+from regimes import WORKLOADS, run
+from results import DOCS, check_counts, sweep_flags, write
 
 POLICIES = ["lru", "pbkv-ta", "oracle"]
 CAPACITY = [0.25, 0.5, 0.75, 1.0, 1.5]

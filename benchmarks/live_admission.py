@@ -6,7 +6,7 @@ beside each live figure.
     python benchmarks/live_admission.py --workload team --workflows 24 --seed 0 --runs 3 \\
         --json docs/results/engine/live-admission-team.json
     python benchmarks/live_admission.py --trace my.jsonl --runs 3 --json OUT.json
-    python benchmarks/live_admission.py --docs        # re-render docs/results.md from the stored JSONs
+    python benchmarks/live_admission.py --docs        # re-render docs/notes/results-details.md from the stored JSONs
     python benchmarks/live_admission.py --smoke --preset-file P.json --json OUT.json   # the CI version
 
 Method (each live run is `agentrt bench --engine vllm`, in-process: `enginebench/runner.py`)
@@ -36,7 +36,7 @@ JSON (`--json`): {"sustainable_rate": R, "slo_ttft_p90_s", "loads": {"0.8": {PAI
 {...}}, PAIR keyed SCHEDULER+POLICY and stock vLLM as `stock`, each M holding the medians
 `e2e_mean_s`, `e2e_p99_s`, `ttft_p50_s`, `ttft_p99_s` (and more) and the simulator's
 `sim_e2e_mean_s`. `--docs` renders every docs/results/engine/live-admission-*.json between the
-`live-admission` markers of docs/results.md.
+`live-admission` markers of docs/notes/results-details.md.
 """
 
 from __future__ import annotations
@@ -49,9 +49,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fidelity import agentrt, work_and_preset  # noqa: E402
-from results import write  # noqa: E402
+from fidelity import agentrt, work_and_preset
+from results import write
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results" / "engine"
@@ -307,7 +306,7 @@ def write_docs() -> None:
     docs = {p.stem.removeprefix("live-admission-"): json.loads(p.read_text())
             for p in sorted(RESULTS.glob("live-admission-*.json"))}
     write("live-admission", markdown(docs) if docs else "No stored run yet.")
-    print("updated docs/results.md")
+    print("updated docs/notes/results-details.md")
 
 
 SMOKE = dict(workload="team", workflows=4, runs=1, bisect=0, expand=0, goodput_steps=0, rate=0.5,
@@ -341,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true", help="the CI version: " + ", ".join(
         f"{k}={v}" for k, v in SMOKE.items()))
-    ap.add_argument("--docs", action="store_true", help="re-render docs/results.md from the stored JSONs")
+    ap.add_argument("--docs", action="store_true", help="re-render docs/notes/results-details.md from the stored JSONs")
     a = ap.parse_args(argv)
     if a.docs:
         write_docs()

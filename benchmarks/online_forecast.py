@@ -35,17 +35,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle_gap import hit  # noqa: E402
-from results import DOCS, REPO, write  # noqa: E402
-from tails import rows, trace_of  # noqa: E402
+from oracle_gap import hit
+from results import DOCS, REPO, write
+from tails import rows, trace_of
 
-from agentrt.bench.runner import (BenchOptions, engine_config, make_bench_scheduler,  # noqa: E402
+from agentrt.bench.runner import (BenchOptions, engine_config, make_bench_scheduler,
                                   make_trained_policy, plan_split)
-from agentrt.bench.source import file_source  # noqa: E402
-from agentrt.engine.simulator import Simulator  # noqa: E402
-from agentrt.policies.pbkv_time import PBKVTimePolicy  # noqa: E402
-from agentrt.trace.reader import TraceReader  # noqa: E402
+from agentrt.bench.source import file_source
+from agentrt.engine.simulator import Simulator
+from agentrt.policies.pbkv_time import PBKVTimePolicy
+from agentrt.trace.reader import TraceReader
 
 COLUMNS = ["lru", "no predictor", "no predictor, online", "trained", "trained, online", "oracle"]
 HEAD = ["workload", "tool x", "load", "f"]

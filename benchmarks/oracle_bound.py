@@ -9,7 +9,7 @@ use from the trace); `belady-held` is MIN keeping the blocks running calls held
 Each workload is run as `agentrt bench --workload W --workflows 200 --concurrency 16
 --gpu-blocks 6430 --policies lru,pbkv-ta,oracle,belady-held,belady` runs it (the docs' "every
 workload" setting, a quarter of the preset's KV memory). Writes docs/results/oracle_bound.json;
-`--docs` writes the table into docs/results.md.
+`--docs` writes the table into docs/notes/results-details.md.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def markdown(doc: dict) -> str:
 
 
 def write_docs(doc: dict) -> None:
-    page = REPO / "docs" / "results.md"
+    page = REPO / "docs" / "notes" / "results-details.md"
     text = page.read_text()
     a, b = text.index(START) + len(START), text.index(END)
     page.write_text(text[:a] + "\n" + markdown(doc) + "\n" + text[b:])
@@ -67,7 +67,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=None, help="comma-separated (default: every generated workload)")
     ap.add_argument("--out", default=str(REPO / "docs" / "results" / "oracle_bound.json"))
-    ap.add_argument("--docs", action="store_true", help="write the table into docs/results.md")
+    ap.add_argument("--docs", action="store_true", help="write the table into docs/notes/results-details.md")
     ap.add_argument("--docs-only", default=None, metavar="JSON", help="rebuild the docs table from this JSON")
     a = ap.parse_args()
     if a.docs_only:

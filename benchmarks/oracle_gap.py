@@ -34,19 +34,18 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import DOCS, write  # noqa: E402
-from tails import rows, trace_of  # noqa: E402
+from results import DOCS, write
+from tails import rows, trace_of
 
-from agentrt.bench.runner import (BenchOptions, engine_config, make_bench_scheduler,  # noqa: E402
+from agentrt.bench.runner import (BenchOptions, engine_config, make_bench_scheduler,
                                   make_trained_policy, plan_split)
-from agentrt.bench.source import file_source  # noqa: E402
-from agentrt.engine.simulator import Simulator  # noqa: E402
-from agentrt.policies.oracle import NEVER, FutureUses, OraclePolicy  # noqa: E402
-from agentrt.policies.pbkv_time import PBKVTimePolicy  # noqa: E402
-from agentrt.policies.timing import TINY, thread_density  # noqa: E402
-from agentrt.runtime import events as ev  # noqa: E402
-from agentrt.trace.reader import TraceReader  # noqa: E402
+from agentrt.bench.source import file_source
+from agentrt.engine.simulator import Simulator
+from agentrt.policies.oracle import NEVER, FutureUses, OraclePolicy
+from agentrt.policies.pbkv_time import PBKVTimePolicy
+from agentrt.policies.timing import TINY, thread_density
+from agentrt.runtime import events as ev
+from agentrt.trace.reader import TraceReader
 
 # column -> (what the timing is told: None, "step" or "thread"; whether dead blocks are told)
 TOLD = {"+ step times": ("step", False), "+ thread times": ("thread", False),

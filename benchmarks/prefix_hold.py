@@ -12,7 +12,7 @@ computing waiting until they are cached (`sched/inflight.py`): under FCFS a fan-
 instances, admitted together, each compute their shared prompt, which no eviction order, the
 oracle's included, can save. Nothing is tuned: the hold has no parameter but the scheduler's
 wait bound. Writes docs/results/prefix_hold.json and the table between the `results:prefix-hold`
-markers of docs/results.md.
+markers of docs/notes/results-details.md.
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generalise import CAPACITY, LOAD, WORKFLOWS  # noqa: E402
-from regimes import run  # noqa: E402
-from results import DOCS, check_counts, sweep_flags, write  # noqa: E402
+from generalise import CAPACITY, LOAD, WORKFLOWS
+from regimes import run
+from results import DOCS, check_counts, sweep_flags, write
 
-from agentrt.workloads.randomapp import draw_app  # noqa: E402
+from agentrt.workloads.randomapp import draw_app
 
 OUT = DOCS / "results" / "prefix_hold.json"
 VARIANTS = {"fcfs": ((), ["lru", "pbkv-ta", "oracle", "infinite"]),

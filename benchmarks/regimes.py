@@ -20,7 +20,7 @@ stream beats it) and `belady` (it ignores the memory running requests hold). The
 workflows train the learned policies and everyone is scored on the rest.
 
 Writes docs/results/regimes/WORKLOAD.json (every run, with its command) and, between the `regimes`
-markers of docs/results.md, the table with: LRU, the best agentrt policy, the oracle, the bounds,
+markers of docs/notes/results-details.md, the table with: LRU, the best agentrt policy, the oracle, the bounds,
 how far the oracle is below `belady-held` in points, best/oracle and oracle/LRU, best - LRU in points.
 """
 
@@ -36,8 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import DOCS, merge_rerun, pct, rerun_flag, sweep_flags, write  # noqa: E402
+from results import DOCS, merge_rerun, pct, rerun_flag, sweep_flags, write
 
 WORKLOADS = ["coding", "swebench", "gaia", "hover", "financebench", "humaneval", "mtbench", "mmlu",
              "gsm8k", "mix"]

@@ -1,7 +1,7 @@
-"""Regenerate the simulator tables and plots of docs/results.md.
+"""Regenerate the simulator tables and plots of docs/notes/results-details.md.
 
 Every table is one `agentrt bench` run; this script runs them through the same code path and
-writes, between the markers in docs/results.md, each table under the exact command that
+writes, between the markers in docs/notes/results-details.md, each table under the exact command that
 reproduces it. The JSON of every run goes to docs/results/ and the plots to docs/figures/.
 
     python benchmarks/results.py                 # everything (about 20-40 minutes on 2 cores)
@@ -164,8 +164,8 @@ def of_bound(row: dict, bound: dict | None) -> str:
 
 
 def write(part: str, section: str) -> None:
-    """Replace the text between this part's markers in docs/results.md (appended if missing)."""
-    path = DOCS / "results.md"
+    """Replace the text between this part's markers in docs/notes/results-details.md (appended if missing)."""
+    path = DOCS / "notes" / "results-details.md"
     text = path.read_text()
     start, end = MARK.format(part=part, edge="start"), MARK.format(part=part, edge="end")
     if start not in text:

@@ -18,7 +18,7 @@ and GPU blocks:
 - `--policies pbkv-ta --tool-hints S --retain-hints S`: both.
 LRU, PBKV-TA without hints and the oracle are the sweep's runs (same trace, memory and training
 split). Writes docs/results/retain_hints.json (every figure and command) and, unless --no-docs,
-the table between the `retain-hints` markers of docs/results.md.
+the table between the `retain-hints` markers of docs/notes/results-details.md.
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import DOCS, sweep_flags, write  # noqa: E402
-from tails import rows, trace_of  # noqa: E402
-from tool_hints import KEY, name  # noqa: E402
+from results import DOCS, sweep_flags, write
+from tails import rows, trace_of
+from tool_hints import KEY, name
 
 RUNS = {"retain": ["--policies", "lru,pbkv-ta", "--retain-hints"],
         "told": ["--policies", "pbkv-ta", "--tool-hints"],

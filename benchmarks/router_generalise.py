@@ -24,14 +24,13 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import check_counts, sweep_flags  # noqa: E402
-from routers import CONC, ceiling, config, row, write_between  # noqa: E402
+from results import check_counts, sweep_flags
+from routers import CONC, ceiling, config, row, write_between
 
-from agentrt.bench.source import workload_source  # noqa: E402
-from agentrt.cluster.run import run_cluster  # noqa: E402
-from agentrt.workloads.base import GenConfig  # noqa: E402
-from agentrt.workloads.randomapp import draw_app  # noqa: E402
+from agentrt.bench.source import workload_source
+from agentrt.cluster.run import run_cluster
+from agentrt.workloads.base import GenConfig
+from agentrt.workloads.randomapp import draw_app
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "results" / "router_generalise.json"

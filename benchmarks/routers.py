@@ -346,7 +346,7 @@ BOUNDS_START, BOUNDS_END = "<!-- router-bounds:start -->", "<!-- router-bounds:e
 
 
 def results_markdown(doc: dict) -> str:
-    """The sim and micro parts as the two markdown tables docs/routers.md and docs/results.md show."""
+    """The sim and micro parts as the two markdown tables docs/routers.md and docs/notes/results-details.md show."""
     names = router_names()
     lines = ["| workload | N | ceiling | " + " | ".join(names) + " | agent/prefix | TTFT p99 prefix / agent (s) | "
              "imbalance prefix / agent |", "|" + "---|" * (len(names) + 6)]

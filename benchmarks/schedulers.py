@@ -30,7 +30,7 @@ Every table and goodput run holds back the same first 25% of workflows for train
 list a run names; the tenant runs train on a separate trace and score every workflow, so that A's
 calls are the same alone and with B.
 
-Writes docs/results/schedulers.json and, between the `schedulers` markers of docs/results.md,
+Writes docs/results/schedulers.json and, between the `schedulers` markers of docs/notes/results-details.md,
 the tables.
 """
 
@@ -47,8 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import DOCS, write  # noqa: E402
+from results import DOCS, write
 
 PRESET = "qwen3-32b-h200"
 SCHEDULERS = ["fcfs", "lpm", "las", "fair", "agent"]
@@ -483,7 +482,7 @@ def main() -> None:
     ap.add_argument("--no-goodput", action="store_true")
     ap.add_argument("--slo", type=float, default=2.0, help="p90 TTFT SLO of the goodput, seconds")
     ap.add_argument("--tenant-workload", default="swebench")
-    ap.add_argument("--no-docs", action="store_true", help="print only: write neither the JSON nor docs/results.md")
+    ap.add_argument("--no-docs", action="store_true", help="print only: write neither the JSON nor docs/notes/results-details.md")
     a = ap.parse_args()
     path = DOCS / "results" / "schedulers.json"
     doc = json.loads(path.read_text()) if path.exists() else {}

@@ -1,4 +1,4 @@
-"""The two sweeps of docs/results.md: hit rate against GPU KV capacity, and against predictor noise.
+"""The two sweeps of docs/notes/results-details.md: hit rate against GPU KV capacity, and against predictor noise.
 
     python benchmarks/sweeps.py [--workload mix] [--workflows 200]
     python benchmarks/sweeps.py --plot-only          # redraw the figures from sweeps.json
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 CAPACITIES = [2000, 3000, 4500, 6430, 10000, 15000, 25720]
 SWEEP_POLICIES = ["lru", "cachesage", "kvflow", "pbkv-lae", "pbkv-he", "pbkv-ta", "oracle", "belady"]
 NOISES = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]
-CONCURRENCY = 64     # the sweeps' regime: a saturated replica (docs/results.md)
+CONCURRENCY = 64     # the sweeps' regime: a saturated replica (docs/notes/results-details.md)
 # (colour, marker, line style) per policy: distinct on all three, so overlapping lines show
 STYLES = {"lru": ("#333333", "o", "-"), "cachesage": ("tab:blue", "s", "-"),
           "kvflow": ("tab:green", "^", "--"), "pbkv-lae": ("tab:orange", "D", "-."),

@@ -15,7 +15,7 @@ its trace is generated again with the row's `agentrt generate` command and repla
 `agentrt bench --trace ... --gpu-blocks B --policies pbkv-ta --set pbkv-ta.tails=true`; LRU, the
 oracle, the other policies and PBKV-TA without tails are the row's (the same code replays them
 unchanged: `tails` is off by default). Writes docs/results/tails.json and the table between the
-`tails` markers of docs/results.md.
+`tails` markers of docs/notes/results-details.md.
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from regimes import AGENTRT  # noqa: E402
-from results import DOCS, write  # noqa: E402
+from regimes import AGENTRT
+from results import DOCS, write
 
 
 def rows(min_ratio: float) -> list[dict]:

@@ -15,7 +15,7 @@ active throughout. Under a static split by weight each of them would be entitled
 hit rate and p90 TTFT, B's p90 TTFT and A's longest admission wait, with and without the
 invented tenants. `--label` names a run (e.g. one with `PYTHONPATH` on an older checkout, whose
 `agentrt bench` then runs the older rules); every label is kept in
-docs/results/tenant_dilution.json and shown in docs/results.md between the `tenant-dilution`
+docs/results/tenant_dilution.json and shown in docs/notes/results-details.md between the `tenant-dilution`
 markers.
 """
 
@@ -32,7 +32,7 @@ from routers import write_between
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "results" / "tenant_dilution.json"
-DOCS = REPO / "docs" / "results.md"
+DOCS = REPO / "docs" / "notes" / "results-details.md"
 START, END = "<!-- tenant-dilution:start -->", "<!-- tenant-dilution:end -->"
 SYBILS = 20
 SEEDS = (1, 3, 5)

@@ -13,7 +13,7 @@ LRU, PBKV-TA and the oracle on the same trace. Nothing else reads the hints, so 
 with hints is the larger of the sweep's best and PBKV-TA with hints.
 
 Writes docs/results/tool_hints.json (every figure and command) and, unless --no-docs, the table
-between the `tool-hints` markers of docs/results.md.
+between the `tool-hints` markers of docs/notes/results-details.md.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from regimes import AGENTRT  # noqa: E402
-from results import DOCS, sweep_flags, write  # noqa: E402
-from tails import rows, trace_of  # noqa: E402
+from regimes import AGENTRT
+from results import DOCS, sweep_flags, write
+from tails import rows, trace_of
 
 
 KEY = ("workload", "tool_scale", "concurrency", "capacity_factor")

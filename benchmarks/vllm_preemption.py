@@ -44,9 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
-from routers import write_between  # noqa: E402
+from routers import write_between
 
 BURST, PROMPT, OUTPUT, BLOCKS = 6, 600, 400, 96
 LONG_PROMPT, LONG_OUTPUT = 1500, 600

@@ -22,11 +22,11 @@ local model with a small KV pool (`--vllm-blocks`), so B's working set overflows
 (`with_sybils` of benchmarks/tenant_dilution.py) under `--scheduler fair`: they hold a few
 blocks, so a static split of the pool would give each real tenant a twelfth of it. The result
 is stored under `--label` (run it with `PYTHONPATH` on an older checkout to measure older
-rules) and shown between the `vllm-tenant-dilution` markers of docs/results.md.
+rules) and shown between the `vllm-tenant-dilution` markers of docs/notes/results-details.md.
 Reported per run: A's and B's hit rate (cached tokens the responses report over prompt tokens)
 and p90 TTFT; the median and range over the repeats. Wall-clock latencies on a shared 2-core
 machine are noisy: compare within a repeat. Writes docs/results/engine/vllm_tenants.json and
-the table between the `vllm-tenants` markers of docs/results.md.
+the table between the `vllm-tenants` markers of docs/notes/results-details.md.
 """
 
 from __future__ import annotations
@@ -41,11 +41,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
-from routers import write_between  # noqa: E402
-from schedulers import two_tenant_trace  # noqa: E402
-from tenant_dilution import with_sybils  # noqa: E402
+from routers import write_between
+from schedulers import two_tenant_trace
+from tenant_dilution import with_sybils
 
 WORKLOAD = "team"
 WORKFLOWS_A = 6
@@ -54,7 +53,7 @@ RATIO = 5.0
 ENGINE_ARGS = ["--engine", "vllm", "--model-size", "tiny", "--vllm-blocks", "256", "--scale", "0.25",
                "--think-scale", "1.0", "--train-fraction", "0", "--quiet"]
 OUT = REPO / "docs" / "results" / "engine" / "vllm_tenants.json"
-DOCS = REPO / "docs" / "results.md"
+DOCS = REPO / "docs" / "notes" / "results-details.md"
 START, END = "<!-- vllm-tenants:start -->", "<!-- vllm-tenants:end -->"
 SYBIL_START, SYBIL_END = "<!-- vllm-tenant-dilution:start -->", "<!-- vllm-tenant-dilution:end -->"
 SYBILS = 10

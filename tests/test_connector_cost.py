@@ -2,9 +2,15 @@
 
 Unit tests of the summaries and the variants, and the short CI version of
 `benchmarks/connector_cost.py`: vLLM's own benchmark client replays the start of Mooncake's
-conversation trace at a loaded rate against stock vLLM and against AgentRTConnector with `lru`,
-and the connector may not lose more than `MARGIN` on throughput, mean TTFT or mean TPOT. Before
-the connector kept stock vLLM's CPU binding it lost 20-30% here (docs/vllm.md).
+conversation trace at a loaded rate against stock vLLM and against AgentRTConnector with `lru`.
+This is a guard against the regression issue 37 found, not the 3%/5% measurement (that is the
+benchmark's, over more and longer runs): before the connector kept stock vLLM's CPU binding it
+lost 20-26% of throughput and 1.5x TTFT here, while on a shared 2-core machine two consecutive
+runs of stock alone differ by up to 20% (measured: 3.03 and 2.57 req/s), and under a queue a few
+percent of throughput become ten or more of TTFT. So the connector is compared with stock round
+by round (which cancels the machine's drift), throughput within `THROUGHPUT_MARGIN` and the
+latencies within `LATENCY_MARGIN`, and agentrt's own time in vLLM's step (its hooks, timed by
+the connector) must stay under `HOOK_SHARE` of the run.
 """
 
 from __future__ import annotations
@@ -12,13 +18,15 @@ from __future__ import annotations
 import pytest
 
 from agentrt.enginebench.connector_cost import (
-    Load, Variant, loss, run_once, stock_reservation, summarize, variant, versus_stock,
+    Load, Variant, loss, paired_versus_stock, run_once, stock_reservation, summarize, variant, versus_stock,
 )
 from agentrt.enginebench.vllm_client import TimedTrace, summary
 from conftest import MOONCAKE_CONV, needs_shared
 from vllm_support import requires_vllm
 
-MARGIN = 0.12      # a short run on a shared 2-core machine varies by several percent
+THROUGHPUT_MARGIN = 0.10
+LATENCY_MARGIN = 0.25
+HOOK_SHARE = 0.02
 
 
 def _run(thr, ttft, tpot, e2e=1.0, dur=10.0, hook=None):
@@ -41,6 +49,16 @@ def test_summaries_medians_ranges_and_cost_against_stock():
     assert vs["request_throughput"] == pytest.approx(1.55 / 2.0)
     assert loss(vs) == pytest.approx(14.5 / 11 - 1)       # the worst of the three
     assert loss({"request_throughput": 1.01, "mean_ttft_s": 0.99, "mean_tpot_ms": 1.0}) == 0.0
+
+
+def test_paired_ratios_cancel_drift_between_rounds():
+    # round 2 is 20% slower for everyone: medians over rounds blur it, round-by-round ratios do not
+    raw = {"stock": [_run(3.0, 6, 10), _run(2.4, 9, 13)], "lru": [_run(2.97, 6.3, 10), _run(2.37, 9.3, 13.3)]}
+    vs = paired_versus_stock(raw)["lru"]
+    assert vs["request_throughput"] == pytest.approx((0.99 + 2.37 / 2.4) / 2)
+    assert vs["mean_ttft_s"] == pytest.approx((1.05 + 9.3 / 9) / 2)
+    assert "stock" not in paired_versus_stock(raw)
+    assert loss(vs) == pytest.approx(vs["mean_ttft_s"] - 1)
 
 
 def test_client_summary_in_seconds():
@@ -82,5 +100,7 @@ def test_connector_with_lru_costs_about_nothing_against_stock(tiny_model, tmp_pa
         # answered (`vllm_client.py`): a couple of those are the client's, not the engine's
         assert all(r["completed"] + r["failed"] == 80 and r["failed"] <= 2 for r in rs), rs
     assert all(r["connector"]["steps"] > 0 and r["connector"]["hook_s"] > 0 for r in runs["lru"])
-    vs = versus_stock({k: summarize(v) for k, v in runs.items()})["lru"]
-    assert loss(vs) <= MARGIN, (vs, runs)
+    vs = paired_versus_stock(runs)["lru"]
+    assert 1 - vs["request_throughput"] <= THROUGHPUT_MARGIN, (vs, runs)
+    assert vs["mean_ttft_s"] - 1 <= LATENCY_MARGIN and vs["mean_tpot_ms"] - 1 <= LATENCY_MARGIN, (vs, runs)
+    assert summarize(runs["lru"])["median"]["hook_share_of_run"] <= HOOK_SHARE, runs["lru"]

@@ -115,7 +115,7 @@ def test_a_predictor_trained_on_another_application_no_longer_drags_pbkv_ta_belo
     """End to end: mtbench scored with a predictor trained on financebench logs (both have a
     `writer`: financebench's ends its workflow, mtbench's is followed by its critic). Trusted by
     name, the foreign forecast ranks the critic's next thread as dead and PBKV-TA lands below LRU
-    (docs/results.md, "A predictor trained on another application"); judged, it is well above."""
+    (docs/notes/results-details.md, "A predictor trained on another application"); judged, it is well above."""
     import agentrt
     from agentrt.trace.writer import write_trace
     from agentrt.workloads.base import GenConfig

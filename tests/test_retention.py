@@ -183,12 +183,12 @@ def test_bench_flags_for_retention_are_checked():
 
 
 def test_the_docs_table_is_rendered_from_the_saved_runs(monkeypatch):
-    """docs/results.md's retention table is what benchmarks/retain_hints.py renders from its JSON."""
+    """docs/notes/results-details.md's retention table is what benchmarks/retain_hints.py renders from its JSON."""
     import json
     from bench_scripts import BENCHMARKS, load_script
     mod = load_script(monkeypatch, "retain_hints")
     saved = {tuple(d["regime"][k] for k in mod.KEY): d["runs"]
              for d in json.loads((BENCHMARKS.parent / "docs/results/retain_hints.json").read_text())}
     text = mod.table([(row, saved[tuple(row[k] for k in mod.KEY)]) for row in mod.rows(1.3)], 0.5)
-    docs = (BENCHMARKS.parent / "docs/results.md").read_text()
+    docs = (BENCHMARKS.parent / "docs/notes/results-details.md").read_text()
     assert text.strip() in docs and "--retain-hints 0.5" in text

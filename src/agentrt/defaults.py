@@ -5,7 +5,7 @@ and `agentrt.simulate("NAME")` all generate (or import) with these values, so th
 `agentrt generate swebench -o t.jsonl && agentrt bench --trace t.jsonl` replays exactly the calls
 `agentrt bench --workload swebench` replays, under the same load and the same training split.
 
-`agentrt bench` with no arguments ("the default run", docs/results.md) is one fixed regime on top
+`agentrt bench` with no arguments ("the default run", docs/notes/results-details.md) is one fixed regime on top
 of these: the mix workload on a quarter of the preset's KV memory, where eviction decides.
 """
 

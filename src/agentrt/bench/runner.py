@@ -207,7 +207,7 @@ def net_summary(sim) -> dict | None:
 
 
 def plan_split(source: TraceSource, policies: list[str], opts: BenchOptions) -> dict | None:
-    """Hold back training workflows when a requested policy learns offline (see docs/results.md),
+    """Hold back training workflows when a requested policy learns offline (see docs/notes/results-details.md),
     and every workflow a given saved predictor was trained on (bench.source.predictor_holdback)."""
     from agentrt.bench.source import predictor_holdback, warn_no_identity
     from agentrt.policies.registry import policy_class

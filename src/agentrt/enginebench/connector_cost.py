@@ -194,6 +194,37 @@ def versus_stock(summary: dict) -> dict:
             for name, s in summary.items() if name != "stock"}
 
 
+def paired_versus_stock(raw: dict[str, list[dict]]) -> dict:
+    """Each variant against stock round by round: the median over rounds of run i's figure over
+    stock's run i. Runs go round-robin, so a round's runs are minutes apart and share the
+    machine's drift (consecutive rounds of stock alone differ by up to 20% on a shared 2-core
+    machine), which this cancels and `versus_stock` does not."""
+    base = raw["stock"]
+    out: dict = {}
+    for name, runs in raw.items():
+        if name == "stock":
+            continue
+        out[name] = {k: statistics.median(r[k] / b[k] for r, b in zip(runs, base))
+                     for k in METRICS if all(r.get(k) and b.get(k) for r, b in zip(runs, base))}
+    return out
+
+
+def paired_of(res: dict) -> dict:
+    """A stored load's round-by-round ratios (files written before they were stored have only
+    the raw runs)."""
+    return res.get("paired_vs_stock") or (paired_versus_stock(res["raw"]) if "stock" in res["raw"] else {})
+
+
+NAMES = {"stock": "stock vLLM (no connector)", "noop": "do-nothing connector, vLLM's CPU binding",
+         "noop-stock-binding": "do-nothing connector, stock's CPU binding",
+         "lru-vllm-binding": "AgentRTConnector `lru`, vLLM's CPU binding (before)"}
+
+
+def label(name: str) -> str:
+    """A variant's name in tables."""
+    return NAMES.get(name, f"AgentRTConnector `{name}`")
+
+
 def loss(ratio: dict) -> float:
     """The largest relative loss against stock over throughput, mean TTFT and mean TPOT."""
     worst = 0.0
@@ -230,5 +261,6 @@ def measure(variants: list[Variant], loads: list[Load], trace_path: str, runs: i
         summary = {name: summarize(rs) for name, rs in raw.items()}
         out[load.name] = {"sec_multiplier": load.sec_multiplier, "blocks": load.blocks, "requests": load.requests,
                           "variants": summary, "raw": raw, "profiles": profiles or None,
-                          "vs_stock": versus_stock(summary) if "stock" in summary else {}}
+                          "vs_stock": versus_stock(summary) if "stock" in summary else {},
+                          "paired_vs_stock": paired_versus_stock(raw) if "stock" in raw else {}}
     return out

@@ -15,7 +15,7 @@ agent until the tenant learns something.
 Where the predictor does know the agent it is kept, unless the online model has forecast that
 agent's successors better (`forecast_judge.py`: a predictor trained on another application with
 the same agent names). Mixing the two by their recent log loss was measured and did not pay
-(docs/results.md, "Online forecasts").
+(docs/notes/results-details.md, "Online forecasts").
 Nothing reads a clock. State per tenant: its agents, one window per agent, one table.
 """
 

@@ -18,7 +18,7 @@ Model (after the PBKV paper)
   (1 - E) p + E q, q ~ Dirichlet(1), seeded; E = 1 is pure noise.
 The predictor is any `WorkflowPredictor` (agentrt.predict); without one (or untrained) every
 active block scores 0, so `pbkv-he` degrades exactly to `pbkv-lae`.
-Where the published rule loses (kept as published; docs/results.md, "Long coding-agent
+Where the published rule loses (kept as published; docs/notes/results-details.md, "Long coding-agent
 sessions"): a block stays active while any agent that used it may be called again, and its score
 sums those agents' values. When a context is compacted, its old history was read by the main
 agent and by the compaction call, so it scores both and outranks the live context of every other
@@ -77,7 +77,7 @@ class PBKVLAEPolicy(Policy):
 class PBKVHEPolicy(PBKVLAEPolicy):
     name = "pbkv-he"
     description = ("PBKV hierarchical eviction (as published): retired first, then the K-step lookahead "
-                   "reuse score; below LRU where contexts are compacted (docs/results.md)")
+                   "reuse score; below LRU where contexts are compacted (docs/notes/results-details.md)")
 
     def __init__(self, predictor=None, predictor_kind: str = "graphsage", gamma: float = 0.8,
                  predictor_noise: float = 0.0, horizon: int = 4, seed: int = 0,
