@@ -35,3 +35,20 @@ def test_engine_blocks_share_exactly_what_the_prompts_share(tmp_path):
     path = tmp_path / "e.jsonl"
     write_trace(path, head, [f, l, o, a])
     assert len(list(TraceReader(str(path)))) == 4   # chained: the reader takes it
+
+
+def test_an_answer_after_a_partial_trace_block_inside_a_full_engine_block(tmp_path):
+    # 62 trace tokens (3 full trace blocks and a partial one, id 4) are sent as 16 tokens: two
+    # full engine blocks, the second holding the partial trace block. The answer's trace ids
+    # continue after id 3, so a later prompt carrying it holds other tokens in engine block 1:
+    # it shares no answer block, and the written trace stays chained (AG2 logs hit this).
+    h = TraceHeader(block_size=16)
+    first = _c("w", 0, [1, 2, 3, 4], 62, out=40, outs=[5, 6, 7])
+    later = _c("w", 1, [1, 2, 3, 5, 6, 7, 8, 9], 128)
+    head, (f, l) = reblock(h, [first, later], 4, 8, lambda c: round(c.input_length * 0.25),
+                           lambda c: round(c.output_length * 0.25))
+    assert len(f.hash_ids) == 2 and f.hash_ids[0] == l.hash_ids[0] and f.hash_ids[1] != l.hash_ids[1]
+    assert len(f.output_hash_ids) == 1 and f.output_hash_ids[0] not in l.hash_ids
+    path = tmp_path / "e.jsonl"
+    write_trace(path, head, [f, l])
+    assert len(list(TraceReader(str(path)))) == 2

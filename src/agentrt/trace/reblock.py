@@ -9,7 +9,9 @@ block, chained (an engine block's id stands for every trace id up to its end: tw
 an engine block exactly when they share all the trace ids it covers and every block before),
 and its output ids the engine blocks its answer completes (the trace's `output_hash_ids`
 continue its chain where the prompt's full trace blocks end, so a later prompt that carries the
-answer lists the same engine ids). Tenants never share ids. Assumes `engine_block` is a multiple
+answer lists the same engine ids, chained after the call's own blocks as sent: where the prompt's
+partial trace block lies inside a full engine block, a later prompt holds other tokens there and
+shares none of the answer's blocks, as on the engine). Tenants never share ids. Assumes `engine_block` is a multiple
 of `tokens_per_id`.
 """
 
@@ -29,12 +31,14 @@ class EngineBlocks:
         self._ids: dict[tuple, int] = {}
 
     def ids(self, tenant: str, trace_ids: list[int], tokens: int, tokens_per_id: int,
-            engine_block: int, start_block: int = 0) -> list[int]:
+            engine_block: int, start_block: int = 0, after: int | None = None) -> list[int]:
         """Engine block ids for the first `tokens` tokens of the chain `trace_ids` (one id per
-        `tokens_per_id` tokens), from engine block `start_block` on (earlier ones chain only)."""
+        `tokens_per_id` tokens), from engine block `start_block` on (earlier ones chain only, or,
+        given `after`, the block before `start_block` is that engine block id)."""
         n_blocks = -(-tokens // engine_block)
-        out, prev = [], ("root", tenant)
-        for j in range(n_blocks):
+        out: list[int] = []
+        prev: object = ("root", tenant) if after is None else after
+        for j in range(0 if after is None else start_block, n_blocks):
             lo = j * self.per_block
             full = min((j + 1) * engine_block, tokens)
             hi = -(-full // tokens_per_id)                    # the trace ids these tokens touch
@@ -63,9 +67,13 @@ def reblock(header: TraceHeader, calls: Iterable[Call], tokens_per_id: int, engi
         if c.output_hash_ids:
             full = c.hash_ids[:c.input_length // bs] + list(c.output_hash_ids)
             done = (n + m) // engine_block                    # engine blocks the answer completes
-            if done > n // engine_block:
+            first = n // engine_block
+            if done > first:
+                # the answer's blocks follow this call's own blocks as sent: where the prompt's
+                # partial trace block lies inside a full engine block, the chain through the
+                # answer's trace ids would name a block this call never had
                 outs = blocks.ids(c.tenant, full, done * engine_block, tokens_per_id, engine_block,
-                                  start_block=n // engine_block)
+                                  start_block=first, after=ids[first - 1] if first else None)
         out.append(replace(c, input_length=n, output_length=m, hash_ids=ids, output_hash_ids=outs))
     head = replace(header, block_size=engine_block,
                    description=f"{header.name or 'trace'} as sent to an engine: {tokens_per_id} tokens per "
