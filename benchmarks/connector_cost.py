@@ -59,9 +59,10 @@ def markdown(doc: dict) -> str:
                   f"failed in vLLM's client):", "",
                   "| engine | requests/s | mean TTFT s | mean TPOT ms | mean E2E s | vs stock: req/s, TTFT, TPOT | connector us/step |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        paired = paired_of(res)
         for name, v in res["variants"].items():
             m, r = v["median"], v["range"]
-            vs = paired_of(res).get(name)
+            vs = paired.get(name)
             ratio = (f"{vs['request_throughput']:.3f}, {vs['mean_ttft_s']:.3f}, {vs['mean_tpot_ms']:.3f}"
                      if vs else "")
             hook = f"{m['hook_us_per_step']:.0f}" if "hook_us_per_step" in m else ""
@@ -84,8 +85,9 @@ def check(doc: dict, margin: float, names: list[str]) -> list[str]:
     by round (`paired_versus_stock`)."""
     bad = []
     for load, res in doc["loads"].items():
+        paired = paired_of(res)
         for name in names:
-            vs = paired_of(res).get(name)
+            vs = paired.get(name)
             if vs is not None and loss(vs) > margin:
                 bad.append(f"{name} at {load}: loses {loss(vs):.1%} against stock")
     return bad

@@ -20,22 +20,19 @@ import statistics
 import sys
 from pathlib import Path
 
+from results import FULL, QUARTER, WORKLOADS, pct  # the runs of `results.py --only tables`, as it names them
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
 PAGE = REPO / "docs" / "results.md"
 DETAILS = REPO / "docs" / "notes" / "results-details.md"
 AGENTRT = ("cachesage", "pbkv-lae", "pbkv-he", "pbkv-ta")
-WORKLOADS = ["hover", "swebench", "financebench", "mmlu", "mtbench", "gaia", "gsm8k", "humaneval", "mix"]
-MEMORY = ((25720, "full"), (6430, "a quarter"))
+MEMORY = ((FULL, "full"), (QUARTER, "a quarter"))
 
 
 def load(rel: str) -> dict | None:
     path = RESULTS / rel
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def pct(x: float) -> str:
-    return f"{100 * x:.1f}"
 
 
 def spread(xs: list[float], fmt: str = "{:.2f}") -> str:
