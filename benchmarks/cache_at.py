@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
-from pathlib import Path
 
 from generalise import LOAD, WORKFLOWS
 from prefix_hold import OUT as PREFILL_RUNS

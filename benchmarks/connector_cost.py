@@ -49,14 +49,16 @@ def fmt(med: dict, rng: dict, key: str, digits: int) -> str:
 def markdown(doc: dict) -> str:
     s = doc["settings"]
     lines = [f"`{s['command']}` ({s['trace']}, hash ids as "
-             f"{s['chunk']} tokens; {s['model']}; block size 32; median (range) of {s['runs']} runs "
+             f"{s['chunk']} tokens; {s['model']}; block size 32; median (range) over the load's rounds "
              f"per row, round-robin; vLLM {s.get('vllm')}; \"vs stock\" is the median over rounds of "
              f"each run's figure over stock's in the same round, which cancels the machine's drift):", ""]
     for load, res in doc["loads"].items():
         failed = sum(r.get("failed") or 0 for rs in res["raw"].values() for r in rs)
-        lines += [f"**{load}** (the first {res['requests']} requests, client time factor "
-                  f"{res['sec_multiplier']}, {res['blocks']} blocks; {failed} requests over all runs "
-                  f"failed in vLLM's client):", "",
+        rounds = max(len(rs) for rs in res["raw"].values())
+        lines += [f"**{load}** ({rounds} rounds; the first {res['requests']} requests, client time factor "
+                  f"{res['sec_multiplier']}, {res['blocks']} blocks; "
+                  f"{'the order rotated each round' if res.get('order') == 'rotated' else 'stock first in every round'}; "
+                  f"{failed} requests over all runs failed in vLLM's client):", "",
                   "| engine | requests/s | mean TTFT s | mean TPOT ms | mean E2E s | vs stock: req/s, TTFT, TPOT | connector us/step |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         paired = paired_of(res)

@@ -29,7 +29,6 @@ import argparse
 import bisect
 import collections
 import json
-import sys
 from pathlib import Path
 
 import numpy as np

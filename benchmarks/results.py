@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from agentrt.bench.overload import overload_text
+from agentrt.bench.report import bound_label
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -71,8 +72,7 @@ def table(doc: dict) -> str:
         ttft_x = (f"{lru['ttft_mean_s'] / r['ttft_mean_s']:.2f}x"
                   if r.get("ttft_mean_s") and lru.get("ttft_mean_s") else "-")
         tput = "-" if r["throughput_tok_s"] is None else f"{r['throughput_tok_s']:,.0f}"
-        label = " (offline bound)" if r.get("offline") else " (bound)" if r.get("bound") else ""
-        rows.append(f"| {name}{label} | {pct(r['hit_rate'])} | "
+        rows.append(f"| {name}{bound_label(name, r, doc)} | {pct(r['hit_rate'])} | "
                     f"{pct(r['host_hit_rate'])} | {r['prefill_tokens']:,} | {sec(r['ttft_mean_s'])} | "
                     f"{sec(r['ttft_p99_s'])} | {sec(r['e2e_mean_s'])} | {sec(r['e2e_p99_s'])} | {tput} | "
                     f"{hit_x} | {ttft_x} |")

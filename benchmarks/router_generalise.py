@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from results import check_counts, sweep_flags
-from routers import CONC, ceiling, config, row, write_between
+from router_setup import CONC, ceiling, config, row, write_between
 
 from agentrt.bench.source import workload_source
 from agentrt.cluster.run import run_cluster

@@ -31,8 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-from routers import (CONC, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH, REPO, WORKFLOWS,
-                     ceiling, config, trace, write_between)
+from router_setup import (CONC, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH, REPO, WORKFLOWS,
+                          ceiling, config, trace, write_between)
 
 from agentrt.cluster.bounds import placement_bound, pooled_bound
 from agentrt.cluster.run import run_cluster

@@ -37,8 +37,8 @@ import sys
 import time
 from pathlib import Path
 
-from routers import (CONC, GPU_TOKENS, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH, PRESET,
-                     REPO, WORKFLOWS, config, trace, trained, write_between)
+from router_setup import (CONC, GPU_TOKENS, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH, PRESET,
+                          REPO, WORKFLOWS, config, trace, trained, write_between)
 
 from agentrt.cluster.run import run_cluster
 from agentrt.policies.registry import make_policy

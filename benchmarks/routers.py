@@ -29,13 +29,13 @@ oracle on its own placement (`agentrt.cluster.bounds`: clairvoyant eviction on e
 calls pinned where the router sent them in that run), and the pooled-memory reference: one
 engine with N x a replica's compute, KV memory and batch limits under LRU and the oracle (the
 cluster's memory as one pool, as if KV moved freely between replicas). Writes docs/results/routers.json (`--part bounds`:
-docs/results/router_bounds.json).
+docs/results/router_bounds.json). The shared settings and helpers are in router_setup.py, the
+bounds and pooled parts in router_bounds.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
 import random
@@ -43,32 +43,16 @@ import sys
 import time
 from pathlib import Path
 
+from router_bounds import bounds_main, pooled_main, write_docs
+from router_setup import (CONC, GPU_TOKENS, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH, PRESET,
+                          REPO, WORKFLOWS, ceiling, config, row)
+
 from agentrt.bench.source import workload_source
-from agentrt.cluster.bounds import run_cluster_oracle
 from agentrt.cluster.registry import make_router, router_names
 from agentrt.cluster.routing import ClusterHints, RouteRequest
 from agentrt.cluster.run import render, run_cluster
-from agentrt.engine.presets import get_preset
-from agentrt.engine.simulator import EngineConfig, Simulator
-from agentrt.policies.oracle import FutureUses, OraclePolicy, best_of_passes
-from agentrt.policies.registry import make_policy
-from agentrt.sched.registry import make_scheduler
 from agentrt.trace.reader import TraceReader
 from agentrt.workloads.base import GenConfig
-
-REPO = Path(__file__).resolve().parents[1]
-MOONCAKE = REPO.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
-PRESET = "llama3.1-8b-h100"
-GPU_TOKENS = 6430 * 16
-CONC = 16
-WORKFLOWS = {"team": 48, "hover": 40, "swebench": 40, "gaia": 32, "mix": 48}
-MOONCAKE_PER = 300
-MOONCAKE_STRETCH = 4.0     # each replica gets a quarter of the trace's rate (see the docstring)
-MOONCAKE_GPU_TOKENS = 25720 * 16
-
-
-def config(block_size: int, tokens: int = GPU_TOKENS) -> EngineConfig:
-    return EngineConfig(get_preset(PRESET), block_size, gpu_blocks=tokens // block_size)
 
 
 def run_workload(name: str, n: int, scale: float, routers: list[str]) -> tuple[dict, str, float]:
@@ -99,117 +83,6 @@ def run_mooncake(n: int, scale: float, routers: list[str]) -> tuple[dict, str, f
     cap = ceiling(itertools.islice(iter(TraceReader(MOONCAKE)), k), reader.header.block_size)
     return (res, f"mooncake: {n} replicas, first {k} requests, timestamps x {MOONCAKE_STRETCH / n:g}; "
                  f"unbounded-cache ceiling {cap:.1%}", cap)
-
-
-def trained(policy: str, workload: str, n: int, per: int, block_size: int):
-    """A factory of `policy` instances sharing one predictor trained on a separate trace (seed 1)."""
-    src = workload_source(workload, GenConfig(workflows=per * n, seed=1, concurrency=CONC * n))
-    first = make_policy(policy, seed=0)
-    first.train(src.eval_calls(), block_size)
-    src.close()
-    made = [first]
-
-    def factory():
-        if made:
-            return made.pop()
-        p = make_policy(policy, seed=0)
-        p.use_predictor(first.predictor)
-        return p
-    return factory
-
-
-def pooled_config(block_size: int, n: int) -> EngineConfig:
-    """One engine with n x one replica's compute (peak FLOPs, HBM bandwidth), KV memory and batch
-    limits: the cluster's memory as one pool."""
-    p = get_preset(PRESET)
-    gpu = dataclasses.replace(p.gpu, peak_flops=p.gpu.peak_flops * n, hbm_bytes_s=p.gpu.hbm_bytes_s * n)
-    pooled = dataclasses.replace(p, name=f"{p.name} x{n}", gpu=gpu)
-    return EngineConfig(pooled, block_size, gpu_blocks=GPU_TOKENS // block_size * n,
-                        max_batch_tokens=8192 * n, max_running=256 * n)
-
-
-def run_pooled(calls: list, n: int, block_size: int, passes: int = 3) -> dict:
-    """LRU and the oracle on the pooled engine (`pooled_config`), as `agentrt bench` runs them
-    on one replica (the oracle's first reference order is LRU's, the best pass kept)."""
-    cfg = pooled_config(block_size, n)
-    keys = ("hit_rate", "ttft_p50_s", "ttft_p99_s")
-    sim = Simulator(cfg, make_policy("lru"), iter(calls), concurrency=CONC * n, record_stream=True)
-    sim.run()
-    s = sim.metrics.summary()
-    out = {"lru": {k: s[k] for k in keys}}
-
-    def replay(order, i: int):
-        o = Simulator(cfg, OraclePolicy(FutureUses(calls, order, block_size)), iter(calls),
-                      concurrency=CONC * n, record_stream=True)
-        o.run()
-        s = o.metrics.summary()
-        return o.metrics.gpu_hit_tokens, {k: s[k] for k in keys}, o.admitted
-    best, done = best_of_passes(sim.admitted, passes, replay)
-    out["oracle"] = dict(best, passes=done)
-    return out
-
-
-def add_pooled(run: dict) -> None:
-    """Add the pooled-memory reference to one run of the bounds part (same trace)."""
-    n, name = run["replicas"], run["workload"]
-    calls, bs = trace(name, n)
-    run["pooled"] = run_pooled(calls, n, bs)
-    print(f"  {name} N={n} pooled: lru {run['pooled']['lru']['hit_rate']:.1%}  "
-          f"oracle {run['pooled']['oracle']['hit_rate']:.1%}", flush=True)
-
-
-def trace(name: str, n: int) -> tuple[list, int]:
-    """The generated trace of the bounds part for `n` replicas: (calls, block size)."""
-    src = workload_source(name, GenConfig(workflows=WORKFLOWS[name] * n, seed=0, concurrency=CONC * n))
-    calls = list(src.eval_calls())
-    src.close()
-    return calls, src.header.block_size
-
-
-def run_bounds(name: str, n: int, routers: list[str], learned: str = "pbkv-ta") -> dict:
-    """Behind each router: LRU and `learned`, each with the cluster oracle on its own placement."""
-    per = WORKFLOWS[name]
-    calls, bs = trace(name, n)
-    cfg = config(bs)
-    out = {"workload": name, "replicas": n, "workflows": per * n, "calls": len(calls),
-           "ceiling_hit_rate": ceiling(calls, bs), "routers": {}}
-    learn = trained(learned, name, n, per, bs)
-    for r in routers:
-        res = out["routers"][r] = {}
-        for pol, factory in (("lru", lambda: make_policy("lru")), (learned, learn)):
-            got = run_cluster_oracle(calls, n, r, cfg, lambda: make_scheduler("fcfs"), reference=factory,
-                                     concurrency=CONC * n, passes=3)
-            res[pol] = row(got.reference)
-            res[f"oracle on {pol}'s placement"] = dict(row(got.bound), passes=got.passes)
-        print(f"  {name} N={n} {r:8s} " + "  ".join(f"{k} {v['hit_rate']:.1%}" for k, v in res.items()),
-              flush=True)
-    add_pooled(out)
-    return out
-
-
-def ceiling(calls, block_size: int) -> float:
-    """Token hit rate with one unbounded cache and no timing: each call hits the longest prefix
-    of its prompt that any earlier call in the file computed (prompt or output blocks). No
-    router over any number of replicas can beat it."""
-    seen: set[tuple[str, int]] = set()
-    hit = total = 0
-    for c in calls:
-        n = c.input_length // block_size
-        k = 0
-        while k < n and (c.tenant, c.hash_ids[k]) in seen:
-            k += 1
-        hit += min(k * block_size, max(c.input_length - 1, 0))
-        total += c.input_length
-        seen.update((c.tenant, h) for h in c.hash_ids[:n])
-        seen.update((c.tenant, h) for h in c.output_hash_ids)
-    return hit / total if total else 0.0
-
-
-def row(cm) -> dict:
-    s = cm.summary()
-    keep = ("hit_rate", "ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "imbalance", "calls",
-            "workflows", "router_state", "makespan_s", "replicas", "wall_s")
-    return {k: s[k] for k in keep if k in s}
 
 
 # ---------------------------------------------------------------------------------- micro
@@ -342,9 +215,6 @@ def main() -> None:
     print(f"wrote {out} ({doc['seconds']:.0f} s)")
 
 
-BOUNDS_START, BOUNDS_END = "<!-- router-bounds:start -->", "<!-- router-bounds:end -->"
-
-
 def results_markdown(doc: dict) -> str:
     """The sim and micro parts as the two markdown tables docs/routers.md and docs/notes/results-details.md show."""
     names = router_names()
@@ -365,92 +235,6 @@ def results_markdown(doc: dict) -> str:
         for n, m in doc["micro"].items():
             lines.append(f"| {n} | {m['route_us_random_loads']:.1f} | {m['route_us_equal_loads']:.1f} | {m['state']} |")
     return "\n".join(lines)
-
-
-def bounds_markdown(doc: dict) -> str:
-    """The bounds part as a markdown table (what docs/routers.md shows between its markers)."""
-    routers = list(doc["runs"][0]["routers"]) if doc["runs"] else []
-    head = ["workload", "N", "ceiling"]
-    for r in routers:
-        head += [f"{r}: lru", f"{r}: oracle on lru's", f"{r}: pbkv-ta", f"{r}: oracle on pbkv-ta's"]
-    pooled = all("pooled" in run for run in doc["runs"])
-    if pooled:
-        head += ["pooled: lru", "pooled: oracle"]
-    head += ["best / prefix+lru", "best / its oracle"] + (["pooled oracle / prefix+lru"] if pooled else [])
-    lines = [f"Built by `{doc['settings']['command']}` (docs/results/router_bounds.json, "
-             f"{doc['seconds']:.0f} s). GPU token hit %; \"oracle on X's\": the cluster oracle on the "
-             "placement of the X run; best = the highest of the online runs (router + eviction); "
-             "pooled = one engine with N x a replica's compute and memory (the memory as one pool).", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for run in doc["runs"]:
-        cells = [run["workload"], str(run["replicas"]), f"{100 * run['ceiling_hit_rate']:.1f}"]
-        best, best_key = -1.0, None
-        for r in routers:
-            res = run["routers"][r]
-            for k in ("lru", "oracle on lru's placement", "pbkv-ta", "oracle on pbkv-ta's placement"):
-                cells.append(f"{100 * res[k]['hit_rate']:.1f}")
-            for k in ("lru", "pbkv-ta"):
-                if res[k]["hit_rate"] > best:
-                    best, best_key = res[k]["hit_rate"], (r, k)
-        base = run["routers"]["prefix"]["lru"]["hit_rate"] if "prefix" in run["routers"] else None
-        own = run["routers"][best_key[0]][f"oracle on {best_key[1]}'s placement"]["hit_rate"]
-        if pooled:
-            cells += [f"{100 * run['pooled'][k]['hit_rate']:.1f}" for k in ("lru", "oracle")]
-        cells.append(f"{best / base:.2f} ({best_key[0]}+{best_key[1]})" if base else "-")
-        cells.append(f"{best / own:.3f}")
-        if pooled:
-            cells.append(f"{run['pooled']['oracle']['hit_rate'] / base:.2f}" if base else "-")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def write_between(path: Path, start: str, end: str, body: str) -> None:
-    """Replace what lies between two marker lines of a docs file."""
-    text = path.read_text()
-    a, b = text.index(start) + len(start), text.index(end)
-    path.write_text(text[:a] + "\n" + body + "\n" + text[b:])
-    print(f"updated {path}")
-
-
-def write_docs(doc: dict, path: Path) -> None:
-    write_between(path, BOUNDS_START, BOUNDS_END, bounds_markdown(doc))
-
-
-def bounds_main(a) -> None:
-    ns = [int(x) for x in a.replicas.split(",")] if a.replicas else [4, 8]
-    wls = [w for w in a.workloads.split(",") if w in WORKFLOWS]
-    routers = a.routers.split(",") if a.routers is not None else ["prefix", "agent"]
-    t_all = time.time()
-    doc = {"settings": {"preset": PRESET, "gpu_tokens_per_replica": GPU_TOKENS, "conc_per_replica": CONC,
-                        "workflows_per_replica": {w: WORKFLOWS[w] for w in wls}, "scheduler": "fcfs",
-                        "command": "python benchmarks/routers.py --part bounds"}, "runs": []}
-    for wl in wls:
-        for n in ns:
-            t0 = time.time()
-            doc["runs"].append(run_bounds(wl, n, routers))
-            print(f"  ({time.time() - t0:.0f} s)", flush=True)
-    doc["seconds"] = time.time() - t_all
-    out = Path(a.out or REPO / "docs" / "results" / "router_bounds.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1))
-    print(f"wrote {out} ({doc['seconds']:.0f} s)")
-    print(bounds_markdown(doc))
-    if a.docs:
-        write_docs(doc, REPO / "docs" / "routers.md")
-
-
-def pooled_main(a) -> None:
-    """Add the pooled reference to an existing bounds JSON (what `--part bounds` computes too)."""
-    path = Path(a.out or REPO / "docs" / "results" / "router_bounds.json")
-    doc = json.loads(path.read_text())
-    t0 = time.time()
-    for run in doc["runs"]:
-        add_pooled(run)
-    doc["seconds_pooled"] = time.time() - t0
-    path.write_text(json.dumps(doc, indent=1))
-    print(bounds_markdown(doc))
-    if a.docs:
-        write_docs(doc, REPO / "docs" / "routers.md")
 
 
 if __name__ == "__main__":

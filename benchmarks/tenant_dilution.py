@@ -27,8 +27,8 @@ import json
 import tempfile
 from pathlib import Path
 
-import schedulers as sched_bench
-from routers import write_between
+import sched_tenants as sched_bench
+from router_setup import write_between
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "results" / "tenant_dilution.json"
@@ -98,15 +98,15 @@ def render(doc: dict) -> str:
         for name, seeds in d["rows"].items():
             rs = list(seeds.values())
             lines.append(
-                f"| {label} | {name} | {sched_bench._spread([100 * r['a']['hit_rate'] for r in rs], '{:.1f}')} | "
-                f"{sched_bench._spread([r['a']['ttft_p90_s'] for r in rs], '{:.2f}')} | "
-                f"{sched_bench._spread([r['a']['wait_max_s'] for r in rs], '{:.1f}')} | "
-                f"{sched_bench._spread([100 * r['b']['hit_rate'] for r in rs], '{:.1f}')} | "
-                f"{sched_bench._spread([r['b']['ttft_p90_s'] for r in rs], '{:.2f}')} |")
+                f"| {label} | {name} | {sched_bench.spread([100 * r['a']['hit_rate'] for r in rs], '{:.1f}')} | "
+                f"{sched_bench.spread([r['a']['ttft_p90_s'] for r in rs], '{:.2f}')} | "
+                f"{sched_bench.spread([r['a']['wait_max_s'] for r in rs], '{:.1f}')} | "
+                f"{sched_bench.spread([100 * r['b']['hit_rate'] for r in rs], '{:.1f}')} | "
+                f"{sched_bench.spread([r['b']['ttft_p90_s'] for r in rs], '{:.2f}')} |")
     first = next(iter(doc.values()))["rows"]
     cmds = [seeds[str(SEEDS[0])]["command"] for seeds in first.values()]
     lines.append("\nCommands for seed " + str(SEEDS[0]) + ": " + "; ".join(f"`{c}`" for c in cmds)
-                 + " (the traces are built by `two_tenant_trace` in benchmarks/schedulers.py and "
+                 + " (the traces are built by `two_tenant_trace` in benchmarks/sched_tenants.py and "
                  "`with_sybils` in benchmarks/tenant_dilution.py).")
     return "\n".join(lines)
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import tempfile
 import threading
 import time
@@ -45,7 +44,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-from routers import write_between
+from router_setup import write_between
 
 BURST, PROMPT, OUTPUT, BLOCKS = 6, 600, 400, 96
 LONG_PROMPT, LONG_OUTPUT = 1500, 600

@@ -35,15 +35,14 @@ import argparse
 import json
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-from routers import write_between
-from schedulers import two_tenant_trace
+from router_setup import write_between
+from sched_tenants import two_tenant_trace
 from tenant_dilution import with_sybils
 
 WORKLOAD = "team"

@@ -165,18 +165,9 @@ def test_the_run_summary_says_what_the_cluster_oracle_bounds():
     assert "placement" not in run_summary(doc)[2]
 
 
-def router_bench():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "routers.py"
-    spec = importlib.util.spec_from_file_location("routers_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_the_router_benchmark_renders_and_writes_the_bounds_table(tmp_path):
-    mod = router_bench()
+def test_the_router_benchmark_renders_and_writes_the_bounds_table(tmp_path, monkeypatch):
+    from bench_scripts import load_script
+    mod = load_script(monkeypatch, "router_bounds")
 
     def res(h):
         return {"hit_rate": h}
@@ -198,8 +189,9 @@ def test_the_router_benchmark_renders_and_writes_the_bounds_table(tmp_path):
     assert pooled_row.endswith("| 31.0 | 43.5 | 1.07 (prefix+pbkv-ta) | 0.912 | 1.50 |")
 
 
-def test_the_pooled_reference_pools_compute_and_memory(gaia):
-    mod = router_bench()
+def test_the_pooled_reference_pools_compute_and_memory(gaia, monkeypatch):
+    from bench_scripts import load_script
+    mod = load_script(monkeypatch, "router_bounds")
     bs = gaia.header.block_size
     cfg = mod.pooled_config(bs, 4)
     one = mod.config(bs)

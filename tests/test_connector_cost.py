@@ -18,7 +18,8 @@ from __future__ import annotations
 import pytest
 
 from agentrt.enginebench.connector_cost import (
-    Load, Variant, loss, paired_versus_stock, run_once, stock_reservation, summarize, variant, versus_stock,
+    Load, Variant, loss, paired_versus_stock, round_order, run_once, stock_reservation, summarize, variant,
+    versus_stock,
 )
 from agentrt.enginebench.vllm_client import TimedTrace, summary
 from conftest import MOONCAKE_CONV, needs_shared
@@ -59,6 +60,15 @@ def test_paired_ratios_cancel_drift_between_rounds():
     assert vs["mean_ttft_s"] == pytest.approx((1.05 + 9.3 / 9) / 2)
     assert "stock" not in paired_versus_stock(raw)
     assert loss(vs) == pytest.approx(vs["mean_ttft_s"] - 1)
+
+
+def test_rounds_rotate_so_no_variant_always_runs_first():
+    vs = ["stock", "noop", "lru", "pbkv-ta"]
+    orders = [round_order(vs, r) for r in range(4)]
+    assert orders[0] == vs and orders[1] == ["noop", "lru", "pbkv-ta", "stock"]
+    assert all(sorted(o) == sorted(vs) for o in orders)
+    assert {o[0] for o in orders} == set(vs)          # each variant first once in four rounds
+    assert round_order([], 3) == []
 
 
 def test_client_summary_in_seconds():

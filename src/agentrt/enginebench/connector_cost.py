@@ -13,7 +13,8 @@ pool; only the `--kv-transfer-config` differs:
 - `POLICY-vllm-binding`: the same with `"cpu_binding": "vllm"`, vLLM's extra reserved core
   (the connector as it was before the binding was kept).
 Runs go round-robin over the variants (run 1 of every variant, then run 2, ...), so slow drift of
-a shared machine spreads over all of them. Per variant: the median and range over runs of the
+a shared machine spreads over all of them, and each round starts one variant later than the last
+(`round_order`), so no variant always runs first. Per variant: the median and range over runs of the
 client's throughput, mean TTFT, mean TPOT and mean end-to-end latency, and for the agentrt
 connector its own cost from vLLM's /metrics (`agentrt_connector_hook_seconds_total` per step).
 Assumptions: one engine at a time on the machine; a run's requests all complete (the client
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from agentrt.enginebench.vllm_client import TimedTrace, run_client
 
-METRICS = ("request_throughput", "mean_ttft_s", "mean_tpot_ms", "mean_e2el_s", "duration")
+METRICS = ("request_throughput", "mean_ttft_s", "mean_tpot_ms", "median_tpot_ms", "mean_e2el_s", "duration")
 HIGHER_IS_BETTER = {"request_throughput"}
 CONNECTOR_METRICS = ("agentrt_connector_hook_seconds_total", "agentrt_connector_steps_total",
                      "agentrt_connector_reorder_seconds_total", "agentrt_connector_runtime_seconds_total")
@@ -234,10 +235,19 @@ def loss(ratio: dict) -> float:
     return worst
 
 
+def round_order(variants: list, run: int) -> list:
+    """Round `run`'s order: the variants rotated by one place per round, so that no variant always
+    runs first (on this machine a round's later runs are not exchangeable with its first: a fixed
+    order put stock first in every round and charged any drift within a round to the others)."""
+    k = run % len(variants) if variants else 0
+    return variants[k:] + variants[:k]
+
+
 def measure(variants: list[Variant], loads: list[Load], trace_path: str, runs: int,
             model_dir: str, log_dir: Path, chunk: int = 16,
             progress: Callable[[str], None] = print, profile_s: float = 0.0) -> dict:
-    """Every variant at every load, `runs` times round-robin; {load: {"variants", "vs_stock"}}.
+    """Every variant at every load, `runs` times round-robin (`round_order`); {load: {"variants",
+    "vs_stock"}}.
     With `profile_s`, each variant's last run is also sampled by py-spy (which slows it: its
     figures are then left out of the summary and kept as `profiles`)."""
     out: dict = {}
@@ -246,7 +256,7 @@ def measure(variants: list[Variant], loads: list[Load], trace_path: str, runs: i
         raw: dict[str, list[dict]] = {v.name: [] for v in variants}
         profiles: dict[str, dict] = {}
         for run in range(runs + (1 if profile_s > 0 else 0)):
-            for v in variants:
+            for v in round_order(variants, run):
                 t0 = time.time()
                 if run == runs:              # the profiled run: its figures are not compared
                     r = run_once(v, load, trace, model_dir, log_dir, run, profile_s=profile_s)
@@ -260,6 +270,7 @@ def measure(variants: list[Variant], loads: list[Load], trace_path: str, runs: i
                          f"TPOT {r['mean_tpot_ms']:.1f} ms  ({time.time() - t0:.0f} s with start-up)")
         summary = {name: summarize(rs) for name, rs in raw.items()}
         out[load.name] = {"sec_multiplier": load.sec_multiplier, "blocks": load.blocks, "requests": load.requests,
+                          "order": "rotated",
                           "variants": summary, "raw": raw, "profiles": profiles or None,
                           "vs_stock": versus_stock(summary) if "stock" in summary else {},
                           "paired_vs_stock": paired_versus_stock(raw) if "stock" in raw else {}}
