@@ -5,7 +5,7 @@
 
 The simulator shares a computed prompt block with other calls after the prefill that computes it
 (the default, as SGLang's radix cache); vLLM V1 shares it as soon as it is scheduled, and looks a
-request up when it schedules it (`--cache-at schedule`, `cache/prefill.py`). The difference
+request up when it schedules it (`--cache-at schedule`, `cache/radix.py`). The difference
 is concurrent calls that share a prefix nobody has cached yet: a fan-out's parallel instances, cold
 starts of a shared system prompt. This re-runs `benchmarks/prefix_hold.py`'s 48 runs (same traces,
 same memory) with `--cache-at schedule` under FCFS (lru, pbkv-ta, oracle, infinite) and under the

@@ -89,12 +89,12 @@ class Probe(Simulator):
 
     def _judge(self) -> None:
         cache = self.cache
-        live = [b for _, s, b in cache._heap if b.heap_seq == s and not b.lock_ref
+        live = [b for _, s, b in cache.heaps.gpu if b.heap_seq == s and not b.lock_ref
                 and not b.gpu_children and b.tier == GPU]
         if not live:
             return
         u = min(live, key=lambda b: b.last_touch)
-        peek = cache._peek()
+        peek = cache.heaps.peek()
         if peek is None or peek[1] is u:
             return
         v = peek[1]

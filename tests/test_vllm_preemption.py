@@ -130,7 +130,7 @@ def test_a_request_preempted_between_steps_and_running_again_is_not_waiting():
     ph = PoolHarness("pbkv-lae", 64, tenant_shares=True)
     req, blocks = _run(ph, "x", _prompt(1, 8), {"agentrt_workflow": "w", "agentrt_agent": "planner"})
     ph.h.step(SimpleNamespace(preempted_req_ids={"x"}))       # status still RUNNING
-    assert "x" not in ph.h._waiting and "x" not in ph.h._resuming
+    assert "x" not in ph.h._waiting and "x" not in ph.h.preemptions.resuming
     # it holds 9 blocks (8 and the next token's): the 8 now mirrored count as cached, once
     assert ph.h.mirror.tenant_blocks == {"default": 8}
     assert ph.h.tenants.tenant_reserved == {"default": 1}
@@ -148,7 +148,7 @@ def test_a_preempted_request_aborted_before_it_runs_finishes_on_the_path_it_kept
     req.status = SimpleNamespace(name="FINISHED_ABORTED")
     ph.h.finished(req, [])                                      # aborted while waiting: no blocks
     th = ph.h.runtime.workflows[("default", "w")].threads["planner"]
-    assert th.last_node is kept and not ph.h._preempted_at
+    assert th.last_node is kept and not ph.h.preemptions.preempted_at
 
 
 def _metric(srv, name: str) -> float:

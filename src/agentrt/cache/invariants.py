@@ -12,8 +12,8 @@ if TYPE_CHECKING:
 
 def check_cache(cache: "RadixKVCache") -> None:
     gpu = host = locked = 0
-    live_heap = {id(b) for _, seq, b in cache._heap if b.heap_seq == seq}
-    live_host = {id(b) for _, seq, b in cache._host_heap if b.host_seq == seq}
+    live_heap = {id(b) for _, seq, b in cache.heaps.gpu if b.heap_seq == seq}
+    live_host = {id(b) for _, seq, b in cache.heaps.host if b.host_seq == seq}
     for tenant, root in cache.roots.items():
         gpu_before = gpu
         assert root.parent is None and root.tier == GPU and root.lock_ref >= 1, f"root of {tenant} broken"

@@ -8,7 +8,7 @@ With `cache_at="schedule"` (vLLM V1) the iteration is planned as vLLM's schedule
 requests already running get their chunks first, then waiting requests are admitted one by one,
 each given its first chunk before the next is looked up; a chunk's full blocks enter the cache
 as it is scheduled, so a request admitted after it in the same iteration matches them. A request
-admitted with no budget left is matched again before its first chunk (`cache/prefill.py`).
+admitted with no budget left is matched again before its first chunk (`cache/radix.py`).
 """
 
 from __future__ import annotations

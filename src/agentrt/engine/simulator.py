@@ -13,7 +13,7 @@ Model (vLLM V1 / SGLang style)
   load is done. Computed prompt blocks enter the cache when the prefill completes (the iteration
   that also emits the first token; SGLang), or with `cache_at="schedule"` as each chunk is
   scheduled, and a request looks the cache up again before its first chunk (vLLM V1; so calls
-  admitted together share a prefix neither has computed yet: `cache/prefill.py`).
+  admitted together share a prefix neither has computed yet: `cache/radix.py`).
 - Output blocks are allocated as decoding crosses block boundaries, evicting cache if none is
   free and else preempting the most recently admitted request, or under a reordering scheduler
   the lowest-ranked one, as vLLM's priority scheduling does (recompute; `preemption.py`).
@@ -65,7 +65,7 @@ from agentrt.trace.schema import Call
 
 RAN, IDLE, PARKED, BLOCKED = range(4)     # what one `Simulator.step` did
 # when a computed prompt block can be hit by another request: after the prefill that computes it
-# (SGLang's radix cache) or as soon as it is scheduled (vLLM V1; `cache/prefill.py`)
+# (SGLang's radix cache) or as soon as it is scheduled (vLLM V1; `cache/radix.py`)
 CACHE_AT = ("prefill", "schedule")
 
 

@@ -1,4 +1,4 @@
-"""The runtime's table of open workflows and what bounds it (a mixin of `AgentRuntime`).
+"""The runtime's table of open workflows and what bounds it: `WorkflowTable`, owned by `AgentRuntime`.
 
 Model
 - A workflow opens with its first call and is dropped when it ends: its framework says so
@@ -16,7 +16,9 @@ Model
   them idle), per tenant too, so a sweep or a cap costs what it ends, plus one.
 - Whatever ends a workflow, the policy sees its `WorkflowEnded` before it is dropped, and an
   engine that exports ends per tenant gets `on_end(workflow, reason)` once, after the drop.
-Time is passed in (`now`), never read here.
+`WorkflowTable` owns the table, the idle orderings and the end counts, and is given the policy
+(which sees each end); `AgentRuntime` (`runtime.py`) opens workflows and moves them between
+running and idle as calls arrive and finish. Time is passed in (`now`), never read here.
 """
 
 from __future__ import annotations
@@ -25,14 +27,19 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from agentrt.runtime import events as ev
+from agentrt.runtime.policy import Policy
 from agentrt.runtime.state import WorkflowState
 
 
-class WorkflowLifecycle:
-    """Needs `policy`, `silent_after_s`, `max_workflows` and `max_workflows_per_tenant` on the
-    instance; `_init_lifecycle` sets up the rest."""
+class WorkflowTable:
+    """Open workflows keyed by (tenant, id), their idle order, the caps and the silence sweep."""
 
-    def _init_lifecycle(self) -> None:
+    def __init__(self, policy: Policy, silent_after_s: float, max_workflows: int | None,
+                 max_workflows_per_tenant: int | None) -> None:
+        self.policy = policy
+        self.silent_after_s = silent_after_s
+        self.max_workflows = max_workflows
+        self.max_workflows_per_tenant = max_workflows_per_tenant
         self.workflows: dict[tuple[str, str], WorkflowState] = {}      # (tenant, id) -> state
         # live workflows with no call in flight, least recently active first (by key); per tenant
         # too (by id)
@@ -59,7 +66,26 @@ class WorkflowLifecycle:
             self._end(wf, now, "silent")
         return len(silent)
 
-    _sweep = sweep   # (the name it had)
+    def open(self, tenant: str, wid: str, now: float) -> WorkflowState:
+        """A call of a workflow not open yet: make room under the caps, then open it."""
+        self._make_room(tenant, now)
+        wf = WorkflowState(wid, tenant, now)
+        self.workflows[wf.key] = wf
+        self._open_by_tenant[tenant] = self._open_by_tenant.get(tenant, 0) + 1
+        return wf
+
+    def ended(self, e: ev.WorkflowEnded) -> None:
+        """Its framework ended a workflow: the policy sees it (ended=True), then it is dropped."""
+        wf = self.workflows.get(e.key)
+        if wf is not None:
+            wf.ended = True
+        try:
+            self.policy.observe(e)
+        finally:
+            if wf is not None:
+                self._drop(wf)
+                if self.on_end is not None:
+                    self.on_end(wf, e.reason)
 
     def _end(self, wf: WorkflowState, now: float, reason: str) -> None:
         """End a workflow the runtime decided is over: the policy sees it, then it is dropped."""
@@ -79,16 +105,17 @@ class WorkflowLifecycle:
                 self._open_by_tenant[wf.tenant] = n
             else:
                 del self._open_by_tenant[wf.tenant]
-        self._not_idle(wf)
+        self.not_idle(wf)
 
-    def _idle(self, wf: WorkflowState) -> None:
+    def idle(self, wf: WorkflowState) -> None:
+        """Its last call in flight finished: the most recently active idle workflow."""
         self.between_calls[wf.key] = wf
         t = self._idle_by_tenant.get(wf.tenant)
         if t is None:
             t = self._idle_by_tenant[wf.tenant] = OrderedDict()
         t[wf.id] = wf
 
-    def _not_idle(self, wf: WorkflowState) -> None:
+    def not_idle(self, wf: WorkflowState) -> None:
         if self.between_calls.get(wf.key) is wf:
             del self.between_calls[wf.key]
             t = self._idle_by_tenant[wf.tenant]
@@ -119,3 +146,8 @@ class WorkflowLifecycle:
     def open_workflows(self, tenant: str | None = None) -> int:
         """Open workflows, of one tenant or in all."""
         return len(self.workflows) if tenant is None else self._open_by_tenant.get(tenant, 0)
+
+    @property
+    def tenants(self) -> int:
+        """Tenants with an open workflow."""
+        return len(self._open_by_tenant)

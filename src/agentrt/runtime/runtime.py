@@ -9,7 +9,8 @@ needs, once:
   (tenant, workflow id), dropped when a workflow ends or stays silent for `silent_after_s` with
   nothing in flight; a `WorkflowEnded` ends only its own tenant's workflow of that id;
 - bounded state: at most `max_workflows_per_tenant` open workflows per tenant and `max_workflows`
-  in all, and a silence sweep (`lifecycle.py`);
+  in all, and a silence sweep (`WorkflowTable`, `lifecycle.py`; `workflows` and
+  `between_calls` are its tables);
 - bounded threads: a workflow has at most `max_threads_per_workflow` threads (1,024: no framework
   runs that many agents in one workflow); calls of further agents share one thread named
   `~other` (`overflow_calls` counts them), so a client inventing an agent per call cannot grow
@@ -39,7 +40,7 @@ from collections.abc import Callable
 from agentrt.runtime import events as ev
 from agentrt.runtime.branches import untag_dead_branch
 from agentrt.runtime.identity import anchor_agent
-from agentrt.runtime.lifecycle import WorkflowLifecycle
+from agentrt.runtime.lifecycle import WorkflowTable
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.safety_net import NetConfig, SafetyNet
 from agentrt.runtime.state import AgentProfile, Thread, WorkflowState, tag_path
@@ -49,7 +50,7 @@ from agentrt.runtime.tenant_lru import TenantLRU
 OVERFLOW_AGENT = "~other"    # the shared thread of a workflow's agents past `max_threads_per_workflow`
 
 
-class AgentRuntime(WorkflowLifecycle):
+class AgentRuntime:
     SWEEP_EVERY = 256        # events between two sweeps from `observe`
 
     def __init__(self, policy: Policy, *, anchor_tokens: int = 256, max_anchor_tokens: int = 8192,
@@ -66,13 +67,13 @@ class AgentRuntime(WorkflowLifecycle):
         self.policy = policy
         self.anchor_tokens = anchor_tokens
         self.max_anchor_tokens = max_anchor_tokens
-        self.silent_after_s = silent_after_s
         self.max_agents = max_agents
-        self.max_workflows = max_workflows
-        self.max_workflows_per_tenant = max_workflows_per_tenant
         self.max_threads_per_workflow = max_threads_per_workflow
         self.overflow_calls = 0      # calls folded into a workflow's OVERFLOW_AGENT thread
-        self._init_lifecycle()
+        self.lifecycle = WorkflowTable(policy, silent_after_s, max_workflows, max_workflows_per_tenant)
+        # the table's own dicts, read by policies and engines (never rebound)
+        self.workflows = self.lifecycle.workflows
+        self.between_calls = self.lifecycle.between_calls
         self.agents = TenantLRU(max_agents, on_drop=self._profile_dropped)   # (tenant, agent) -> AgentProfile
         self._calls: dict[int, Thread] = {}
         self._events = 0
@@ -109,6 +110,60 @@ class AgentRuntime(WorkflowLifecycle):
     def cached_blocks(self, fn: Callable[[], int] | None) -> None:
         if self.net is not None:
             self.net.shadow.cached = fn
+
+    # ------------------------------------------------------------------ the workflow table
+    @property
+    def silent_after_s(self) -> float:
+        return self.lifecycle.silent_after_s
+
+    @silent_after_s.setter
+    def silent_after_s(self, v: float) -> None:
+        self.lifecycle.silent_after_s = v
+
+    @property
+    def max_workflows(self) -> int | None:
+        return self.lifecycle.max_workflows
+
+    @max_workflows.setter
+    def max_workflows(self, v: int | None) -> None:
+        self.lifecycle.max_workflows = v
+
+    @property
+    def max_workflows_per_tenant(self) -> int | None:
+        return self.lifecycle.max_workflows_per_tenant
+
+    @max_workflows_per_tenant.setter
+    def max_workflows_per_tenant(self, v: int | None) -> None:
+        self.lifecycle.max_workflows_per_tenant = v
+
+    @property
+    def on_end(self) -> Callable[[WorkflowState, str], None] | None:
+        """Called once with each workflow the runtime held as it ends, after the drop."""
+        return self.lifecycle.on_end
+
+    @on_end.setter
+    def on_end(self, fn: Callable[[WorkflowState, str], None] | None) -> None:
+        self.lifecycle.on_end = fn
+
+    @property
+    def forced_ends(self) -> int:
+        return self.lifecycle.forced_ends
+
+    @property
+    def silent_ends(self) -> int:
+        return self.lifecycle.silent_ends
+
+    def sweep(self, now: float) -> int:
+        """End the workflows silent for `silent_after_s` with nothing in flight (`WorkflowTable.sweep`)."""
+        return self.lifecycle.sweep(now)
+
+    def workflow(self, tenant: str, wid: str) -> WorkflowState | None:
+        """The live workflow `wid` of `tenant`, if open."""
+        return self.lifecycle.workflows.get((tenant, wid))
+
+    def open_workflows(self, tenant: str | None = None) -> int:
+        """Open workflows, of one tenant or in all."""
+        return self.lifecycle.open_workflows(tenant)
 
     # the cache ranks through these (`ranker`: the policy, or the safety net around it)
     @property
@@ -164,17 +219,7 @@ class AgentRuntime(WorkflowLifecycle):
         elif t is ev.CallFinished:
             self._finished(e)
         elif t is ev.WorkflowEnded:
-            # the policy sees the ended workflow (ended=True) before the runtime drops it
-            wf = self.workflows.get(e.key)
-            if wf is not None:
-                wf.ended = True
-            try:
-                self.policy.observe(e)
-            finally:
-                if wf is not None:
-                    self._drop(wf)
-                    if self.on_end is not None:
-                        self.on_end(wf, e.reason)
+            self.lifecycle.ended(e)   # the policy sees it before the table drops the workflow
             self._tick(e.now)
             return
         self.policy.observe(e)
@@ -183,13 +228,13 @@ class AgentRuntime(WorkflowLifecycle):
     def _tick(self, now: float) -> None:
         self._events += 1
         if self._events % self.SWEEP_EVERY == 0:
-            self.sweep(now)
+            self.lifecycle.sweep(now)
 
     def stats(self) -> dict:
         """Counters for engines' metrics: open and idle workflows, ends forced by the caps and by
         the silence sweep, the caps themselves."""
         return {"open_workflows": len(self.workflows), "idle_workflows": len(self.between_calls),
-                "calls_in_flight": len(self._calls), "tenants": len(self._open_by_tenant),
+                "calls_in_flight": len(self._calls), "tenants": self.lifecycle.tenants,
                 "agents": len(self.agents), "forced_ends": self.forced_ends,
                 "silent_ends": self.silent_ends, "overflow_calls": self.overflow_calls,
                 "max_workflows": self.max_workflows,
@@ -204,10 +249,7 @@ class AgentRuntime(WorkflowLifecycle):
         agent = self.resolve_agent(info)
         wf = self.workflows.get(info.key)
         if wf is None:
-            self._make_room(info.tenant, e.now)
-            wf = WorkflowState(info.workflow, info.tenant, e.now)
-            self.workflows[wf.key] = wf
-            self._open_by_tenant[info.tenant] = self._open_by_tenant.get(info.tenant, 0) + 1
+            wf = self.lifecycle.open(info.tenant, info.workflow, e.now)
         cap = self.max_threads_per_workflow
         if cap is not None and agent not in wf.threads and len(wf.threads) >= cap:
             # a workflow naming more agents than any framework runs (a client inventing one per
@@ -222,7 +264,7 @@ class AgentRuntime(WorkflowLifecycle):
         prof.observe_prompt(info.hash_ids, info.n_full, info.workflow,
                             max(1, self.max_anchor_tokens // info.block_size))
         wf.last_seen = e.now
-        self._not_idle(wf)
+        self.lifecycle.not_idle(wf)
         wf.path.append(agent)
         if len(wf.path) > 64:
             del wf.path[:-64]
@@ -241,7 +283,7 @@ class AgentRuntime(WorkflowLifecycle):
         wf = th.workflow
         wf.running -= 1
         if wf.running == 0 and not wf.ended:
-            self._idle(wf)
+            self.lifecycle.idle(wf)
         wf.last_seen = e.now
         wf.last_finish = e.now
         wf.last_agent = th.agent

@@ -120,7 +120,7 @@ def _load(h, path: list, depth: int) -> None:
     try:
         # release what those blocks held from the mirror now, before they are mapped to the
         # loaded nodes: a later flush would otherwise release the new mapping instead of the old
-        h._flush_evictions()
+        h.evictions.flush()
         bs = h.block_size
         for i, (blk, node) in enumerate(zip(blocks, path)):
             pool._insert_block_hash(node.key, blk, num_tokens=(depth + i + 1) * bs)
@@ -134,7 +134,7 @@ def _load(h, path: list, depth: int) -> None:
         pool.free_blocks(blocks)
         raise
     pool.free_blocks(reversed(blocks))
-    h.watch([b.block_id for b in blocks])
+    h.evictions.watch([b.block_id for b in blocks])
     host.stats.prefetched += len(path)
     h._dirty = True
 

@@ -36,17 +36,25 @@ What it maps (the simulator, `engine/simulator.py`, is the reference for which e
 - Every scheduler step runs the runtime's silence sweep once `sweep_interval_s` has passed
   (`AgentRuntime.sweep`); the runtime's caps on open workflows (`max_workflows`,
   `max_workflows_per_tenant`) end the oldest idle ones, counted as `workflows_capped`.
-Failure: the first exception from the runtime or the policy is logged once, the runtime is
-switched off (its per-request tables are cleared) and vLLM carries on with its own LRU order.
-Nothing here raises into vLLM.
-Evictions are tracked by `evictions.py`, preemptions by `preemptions.py`, the numbers (`stats()`)
-by `runtime_stats.py`, failure by `failsafe.py`: mixins. The policy is built by `policy_setup.py`.
+Failure: the first exception from the runtime or the policy (or the policy's `stats()`
+returning anything but finite numbers under string names) is logged once, the runtime is
+switched off for good (its per-request tables and block-pool watchers are released) and vLLM
+carries on with its own LRU order. Nothing here raises into vLLM. `fail_after` (a test hook in
+the connector's config) raises `InjectedFault` once that many events have been observed, to
+exercise this path against a real engine.
+`stats()`: cumulative counts (`counts`, kv_hints counts, the reorderer's and the host tier's),
+current sizes and the policy's own `Policy.stats()` as `policy_*` keys: what the event log's
+"stats" lines and the connector's Prometheus metrics (`prom.py`) read.
+Collaborators: `MirrorEvictions` (`evictions.py`) sees vLLM reuse mirrored blocks,
+`Preemptions` (`preemptions.py`) keeps preempted requests' blocks. The policy is built by
+`policy_setup.py`.
 Time (`now`) is seconds of `time.monotonic()` since the connector started.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from agentrt.cache.block import GPU
@@ -58,7 +66,6 @@ from agentrt.vllm import act, retain
 from agentrt.vllm.config import ConnectorConfig
 from agentrt.vllm.eventlog import EventLog
 from agentrt.vllm.evictions import MirrorEvictions
-from agentrt.vllm.failsafe import FailSafe
 from agentrt.vllm.hosttier import HostTier, StepPlan
 from agentrt.wire.identity import Identity, request_identity
 from agentrt.wire.kvhints import HintCounts
@@ -66,13 +73,18 @@ from agentrt.vllm.mirror import Mirror, hash_int
 from agentrt.vllm.policy_setup import hosted_policy
 from agentrt.vllm.preemptions import Preemptions
 from agentrt.vllm.reorder import QueueOrderer, Stopwatch
-from agentrt.vllm.runtime_stats import RuntimeStats
 from agentrt.vllm.tenants import with_tenant_shares
 
 log = logging.getLogger("vllm.agentrt")   # under vLLM's logger: its handler and level
 
 
-class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
+class InjectedFault(RuntimeError):
+    """Raised on purpose by the `fail_after` test hook."""
+
+
+class HostedRuntime:
+    """The runtime, its policy and vLLM's block pool, joined; see the module docstring."""
+
     def __init__(self, cfg: ConnectorConfig, block_size: int, elog: EventLog,
                  separate_workers: bool = False) -> None:
         self.cfg = cfg
@@ -94,16 +106,11 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         self._reorder_on_retain = cfg.stock and cfg.reorder    # lru: reorder once something is retained
         self.failed = False
         self.pool = None
-        self._hash_map = None              # the pool's hash map object: vLLM replaces it on a reset
         self.orderer: QueueOrderer | None = None
-        self._watch = False
-        self._reused: list[int] = []
         self._dirty = True
         self._last_epoch: object = None
         # request id -> (its call, its identity, vLLM's request), while in flight
         self._reqs: dict[str, tuple[ev.CallInfo, Identity, object]] = {}
-        self._resuming: set[str] = set()      # preempted, not yet allocated again
-        self._preempted_at: dict = {}         # request id -> deepest node it kept when preempted
         self._waiting: set[str] = set()
         self._hinted: dict[str, object] = {}  # request id -> its kv_hints, while it carries standard actions
         self._rid = 0
@@ -120,6 +127,10 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
                        "prefetched_blocks": 0, "workflows_ended": 0, "workflows_ended_call": 0,
                        "reset_evicted": 0, "prefetch_ignored": 0, "preempted": 0,
                        "preempted_blocks": 0, "resumed": 0, "resumed_hit_tokens": 0}
+        self.evictions = MirrorEvictions(self.mirror, self.host, self.counts, self._observe, self.now,
+                                         self.reset)
+        self.preemptions = Preemptions(self.mirror, self.runtime, self._reqs, self._waiting, self.counts,
+                                       elog, self.evictions.watch)
         self.hint_counts = HintCounts()
         self._warned_hints = False
 
@@ -144,18 +155,17 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
 
     def bind_pool(self, pool) -> None:
         self.pool = pool
-        self._hash_map = getattr(pool, "cached_block_hash_to_block", None)   # replaced by a reset
-        self._watch = isinstance(getattr(pool, "_reuse_watchers", None), dict)
+        self.evictions.bind(pool)
         self.orderer = QueueOrderer(pool.free_block_queue, self._score, self.mirror.by_block)
         self.tenants.gpu_capacity = pool.num_gpu_blocks
         self.retention.capacity = pool.num_gpu_blocks
         if not pool.enable_caching:
             self.reorder = self._reorder_on_retain = False
-        if self.host is not None and not (self._watch and pool.enable_caching):
+        if self.host is not None and not (self.evictions.watching and pool.enable_caching):
             log.warning("agentrt: the host tier needs prefix caching and vLLM 0.32's reuse watchers; off")
-            self.host = None
+            self.host = self.evictions.host = None
         self.elog.write("bind_pool", num_blocks=pool.num_gpu_blocks, caching=pool.enable_caching,
-                        watchers=self._watch, policy=self.cfg.policy, reorder=self.reorder,
+                        watchers=self.evictions.watching, policy=self.cfg.policy, reorder=self.reorder,
                         host_blocks=self.host.capacity if self.host is not None else 0)
 
     # ------------------------------------------------------------------ request lifecycle
@@ -229,8 +239,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
 
     def allocated(self, request, blocks=None, num_external_tokens: int = 0) -> None:
         self._waiting.discard(request.request_id)
-        if request.request_id in self._resuming:
-            self._resumed(request.request_id)
+        self.preemptions.allocated(request.request_id)
         plan = self._plans.pop(request.request_id, None)
         if plan is None or num_external_tokens <= 0 or self.host is None:
             return
@@ -242,12 +251,11 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
     def finished(self, request, block_ids: list[int]) -> None:
         self._waiting.discard(request.request_id)
         entry = self._reqs.pop(request.request_id, None)
-        self._resuming.discard(request.request_id)
-        kept = self._preempted_at.pop(request.request_id, None)
+        kept = self.preemptions.finished(request.request_id)
         self._plans.pop(request.request_id, None)
         self.tenants.untrack(request.request_id)
         hinted = self._hinted.pop(request.request_id, None)
-        self._flush_evictions(demote=False)
+        self.evictions.flush(demote=False)
         pool = self.pool
         if entry is None or pool is None:
             return
@@ -255,7 +263,7 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         node, fresh = self.mirror.add_path([pool.blocks[b] for b in block_ids], idt.tenant)
         if node is None and kept is not None and kept.tier == GPU:
             node = kept                      # aborted after a preemption: the path it kept
-        self.watch(fresh)
+        self.evictions.watch(fresh)
         if hinted is not None:
             out = retain.apply(self.retention, self.mirror, request, idt, hinted, block_ids,
                                self.block_size, self.now())
@@ -291,16 +299,17 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
         """After every schedule step: evictions, the runtime's actions, the queue order."""
         if self.pool is None:
             return
-        self._flush_evictions()
+        self.evictions.flush()
         for rid in getattr(scheduler_output, "preempted_req_ids", None) or ():
-            self.preempted(rid)
+            if self.preemptions.preempted(rid, self.pool):
+                self._dirty = True
         now = self.now()
         self.maybe_sweep(now)
         self.policy.tick(now)                # retention whose deadline passed
         self.tenants.refresh(self._waiting, self._hit_blocks)
         if self.policy.acts:
             act.run(self, scheduler_output)
-            self._flush_evictions()          # what prefetches evicted
+            self.evictions.flush()           # what prefetches evicted
         self.before_alloc()
 
     def _hit_blocks(self, request_id: str) -> int:
@@ -321,3 +330,84 @@ class HostedRuntime(FailSafe, MirrorEvictions, Preemptions, RuntimeStats):
     def end_step(self) -> StepPlan | None:
         """This step's host copies for the worker (also after a failure: committed loads must run)."""
         return self.host.end_step() if self.host is not None else None
+
+    def reset(self) -> None:
+        """vLLM reset its prefix cache (also found by a flush: the pool's hash map was replaced)."""
+        self._plans.clear()
+        self.evictions.reset()
+
+    # ------------------------------------------------------------------ failure
+    def _injected_fault(self, where: str) -> None:
+        """Raise once `fail_after` events have been observed (callers check it is set: they sit
+        on the per-event and per-block paths)."""
+        fa = self.cfg.fail_after
+        if self._events > fa:
+            raise InjectedFault(f"fail_after={fa}: injected failure {where}")
+
+    def fail(self, where: str, exc: BaseException) -> None:
+        """Switch the runtime off for good; vLLM keeps its own (LRU) order from here on."""
+        if self.failed:
+            return
+        self.failed = True
+        self.reorder = False
+        log.exception("agentrt: %s failed (%r); the runtime is off, vLLM continues with LRU",
+                      where, exc, exc_info=exc)
+        self.elog.write("error", where=where, error=repr(exc), disabled=True)
+        # nothing reads these once off: let go of the requests they hold
+        self._reqs.clear()
+        self.preemptions.clear()
+        self._waiting.clear()
+        self._plans.clear()
+        self.tenants.clear()
+        self._hinted.clear()
+        self.retention.clear()
+        self.evictions.release()
+
+    # ------------------------------------------------------------------ numbers
+    def _policy_stats(self) -> dict:
+        """The policy's own numbers, as `policy_*` keys; a policy failing here fails nothing else.
+        Anything but a finite number under a string key is the policy's bug: it fails as a raise
+        would (the stats go into the JSON event log and Prometheus)."""
+        try:
+            out = {}
+            for k, v in self.policy.stats().items():
+                if not isinstance(k, str) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise TypeError(f"Policy.stats() must map names to finite numbers, got {k!r}: {v!r}")
+                out[f"policy_{k}"] = v
+            return out
+        except Exception as exc:  # noqa: BLE001 - metrics must not take the engine down
+            self.fail("policy.stats", exc)
+            return {}
+
+    def change_marker(self) -> tuple:
+        """Moves whenever a figure of `stats()` other than the timing and step counts may have:
+        every runtime event, count, reorder, host-tier copy and failure (cheap: once per step).
+        kv_hints counts move only with an arrival, which the counts cover; the policy's own
+        figures only with events and reorders."""
+        host = self.host.stats if self.host is not None else None
+        return (self._events, sum(self.counts.values()), len(self.mirror), self.failed, self.retention.changes,
+                self.orderer.stats.runs if self.orderer is not None else 0,
+                (host.saved, host.loaded, host.dropped, host.skipped) if host is not None else None)
+
+    def stats(self) -> dict:
+        own = self._policy_stats() if not self.failed else {}
+        out = dict(self.counts, mirrored=len(self.mirror), failed=self.failed,
+                   policy=self.cfg.policy, reorder=self.reorder, events=self._events,
+                   live_workflows=len(self.runtime.workflows),
+                   workflows_capped=self.runtime.forced_ends,
+                   workflows_silenced=self.runtime.silent_ends, runtime_s=round(self.runtime_time.seconds, 4),
+                   runtime_max_s=round(self.runtime_time.max_seconds, 5),
+                   hook_s=round(self.hook_time.seconds, 4), hook_max_s=round(self.hook_time.max_seconds, 5),
+                   steps=self.steps, **self.hint_counts.as_dict(), **own)
+        if self.runtime.net is not None:
+            out.update(self.runtime.net.stats())
+        if self.orderer is not None:
+            st = self.orderer.stats
+            out.update(reorders=st.runs, relinks=st.relinks, moved=st.moved, scored=st.scored,
+                       reorders_deferred=st.deferred,
+                       reorder_s=round(st.time.seconds, 4), reorder_max_s=round(st.time.max_seconds, 5))
+        if self.host is not None:
+            out.update(host_resident=len(self.host), host_saved=self.host.stats.saved,
+                       host_loaded=self.host.stats.loaded, host_dropped=self.host.stats.dropped,
+                       host_skipped=self.host.stats.skipped)
+        return out
