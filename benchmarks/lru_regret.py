@@ -64,7 +64,7 @@ class Probe(Simulator):
         self.by_agent = collections.defaultdict(lambda: [0, 0])
         self.decisions: list[list] = []        # [kind evicted, kind kept, next read v, next read u]
         self._waiting = collections.defaultdict(list)
-        inner = self._observe
+        inner = self.observers.observe
 
         def observe(e):
             if type(e) is ev.CallAdmitted and not e.call.warmup:
@@ -77,8 +77,8 @@ class Probe(Simulator):
                     for d, i in self._waiting.pop((info.tenant, h), ()):
                         d[i] = min(d[i], e.now)
             return inner(e)
-        self._observe = observe
-        self._events = True
+        self.observers.observe = observe
+        self.observers.on = True
         if judge:
             evict = self.cache.evict
 

@@ -107,7 +107,7 @@ class AgentHits(Simulator):
     def __init__(self, *a, **kw) -> None:
         super().__init__(*a, **kw)
         self.by_agent = collections.defaultdict(lambda: [0, 0])
-        inner = self._observe
+        inner = self.observers.observe
 
         def observe(e):
             if type(e) is ev.CallAdmitted and not e.call.warmup:
@@ -115,8 +115,8 @@ class AgentHits(Simulator):
                 c[0] += e.call.input_length
                 c[1] += min(e.gpu_hit * e.call.block_size, e.call.input_length - 1)
             return inner(e)
-        self._observe = observe
-        self._events = True
+        self.observers.observe = observe
+        self.observers.on = True
 
 
 def hit(sim) -> float:

@@ -122,7 +122,7 @@ def measure(workload: str, policy: str, args) -> dict:
                 peak[k] = max(peak[k], v)
 
     if rt.wants_events:
-        sim._observe = timed
+        sim.observers.observe = timed
     t0 = time.perf_counter()
     m = sim.run()
     wall = time.perf_counter() - t0

@@ -1,4 +1,4 @@
-"""The admission contract of schedulers in the simulator (`engine/admission.py`, `_victim`):
+"""The admission contract of schedulers in the simulator (`engine/admission.py`, `Preemption.victim`):
 - `fcfs` is exactly the engine without a scheduler;
 - under every reordering scheduler every call is served and the cache invariants hold;
 - backfill past a blocked call only takes free blocks: it never evicts;
@@ -146,7 +146,7 @@ def test_random_small_workloads_finish_under_every_scheduler(data, gpu, host, bu
 
 # ------------------------------------------------------------------ backfill never evicts
 class AdmissionMonitor:
-    """Wraps `_admit` and `cache.acquire`: within one admission pass, every acquire after the
+    """Wraps `Admission.admit` and `cache.acquire`: within one admission pass, every acquire after the
     first refused one is a backfill; it must not evict and must fit in the free blocks."""
 
     def __init__(self, sim):
@@ -156,7 +156,8 @@ class AdmissionMonitor:
         self.in_pass = False
         self.refused = False
         self.held_back = 0      # skipped behind a blocked call although evicting would have fit it
-        admit, acquire, fits_free = sim._admit, sim.cache.acquire, sim._fits_free
+        admission = sim.admission
+        admit, acquire, fits_free = admission.admit, sim.cache.acquire, admission._fits_free
 
         def wrapped_fits_free(r):
             ok = fits_free(r)
@@ -191,9 +192,9 @@ class AdmissionMonitor:
                     assert n_full - gpu + extra <= free
             return lease
 
-        sim._admit = wrapped_admit
+        admission.admit = wrapped_admit
         sim.cache.acquire = wrapped_acquire
-        sim._fits_free = wrapped_fits_free
+        admission._fits_free = wrapped_fits_free
 
 
 def agent_holding_whatever_does_not_fit():
@@ -340,19 +341,19 @@ class VictimMonitor:
 
     def __init__(self, sim):
         self.log = []
-        victim = sim._victim
+        victim = sim.preemption.victim
 
-        def wrapped():
-            v = victim()
+        def wrapped(now):
+            v = victim(now)
             if v is not None:
-                view = sim._view if sim._view is not None else _NowView()
-                view.now = sim.now
+                view = sim.preemption.view if sim.preemption.view is not None else _NowView()
+                view.now = now
                 held = [r for r in sim.running if r.lease is not None and r.state != WAITING]
                 ranks = {r.info.rid: sim.sched.rank(r.info, r.arrival, view) for r in held}
                 admitted_order = [r.info.rid for r in held]
                 self.log.append((v.info.rid, v.info.workflow, ranks, admitted_order))
             return v
-        sim._victim = wrapped
+        sim.preemption.victim = wrapped
 
 
 def preemption_trace():
@@ -412,7 +413,7 @@ def test_cache_queue_view_matches_a_fresh_match_throughout_a_replay():
     calls = workload()
     sim = sim_of(calls, 500, make_scheduler("lpm"), concurrency=8)
     seen = {"n": 0, "warm": 0}
-    inner = sim._view
+    inner = sim.admission.view
 
     class Checking:
         """The simulator's view, each answer checked against a fresh `match`."""
@@ -430,7 +431,7 @@ def test_cache_queue_view_matches_a_fresh_match_throughout_a_replay():
             seen["warm"] += got > 0
             return got
 
-    sim._view = Checking()
+    sim.admission.view = sim.preemption.view = Checking()
     finish(sim, len(calls))
     assert seen["n"] > 100 and seen["warm"] > 0
 
@@ -451,4 +452,4 @@ def test_the_view_shows_the_engine_load_and_prefill_cost_the_agent_hold_weighs()
             return super().worth_holding(cls, own, live, free, bs, view)
     sim.sched.overcommit = Checking()
     finish(sim, len(calls))
-    assert asked and sim._view.prefill_seconds(0) == 0.0
+    assert asked and sim.admission.view.prefill_seconds(0) == 0.0

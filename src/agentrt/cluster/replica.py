@@ -50,9 +50,9 @@ class Feed:
     def pop_arrivals(self, now: float) -> list[tuple[float, Call]]:
         if self.ended:
             sim = self.sim
-            if sim._events:
+            if sim.has_observers:
                 for wf, tenant in self.ended:
-                    sim._observe(ev.WorkflowEnded(sim.now, wf, tenant))
+                    sim.observe(ev.WorkflowEnded(sim.now, wf, tenant))
             self.ended.clear()
         q = self.queue
         out = []

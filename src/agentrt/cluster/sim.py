@@ -232,7 +232,7 @@ class ClusterSimulator:
             if st == RAN:
                 due[i] = sim.now
             elif st == PARKED:
-                due[i] = sim._park_until
+                due[i] = sim.next_event_time
             else:
                 due[i] = None
                 if st == BLOCKED:

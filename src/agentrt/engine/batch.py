@@ -1,4 +1,4 @@
-"""An iteration's prefill chunks: a mixin of `Simulator`.
+"""An iteration's prefill chunks: `PrefillBatch`, the `Simulator`'s batch planner.
 
 What is left of the token budget after the decode steps goes to admitted requests that still
 prefill, in admission order, or in the scheduler's order when it `shapes_batch` (then each
@@ -13,12 +13,12 @@ admitted with no budget left is matched again before its first chunk (`cache/rad
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from agentrt.cache.radix import RadixKVCache
+from agentrt.engine.metrics import Metrics
 from agentrt.engine.request import PREFILL, Request
-
-if TYPE_CHECKING:
-    from agentrt.engine.simulator import Simulator
+from agentrt.sched.base import Scheduler
 
 
 class ChunkPlan:
@@ -36,20 +36,35 @@ class ChunkPlan:
 
 
 class PrefillBatch:
-    def _plan_prefills(self: "Simulator", plan: ChunkPlan, now: float) -> None:
+    def __init__(self, cache: RadixKVCache, sched: Scheduler, metrics: Metrics, running: list[Request],
+                 match_at_schedule: Callable[[Request], None], block_size: int, shapes: bool,
+                 at_schedule: bool) -> None:
+        """`running`: the engine's running requests (changed in place), in admission order;
+        `match_at_schedule`: looks the cache up again before a first chunk (`lifecycle.py`)."""
+        self.cache = cache
+        self.sched = sched
+        self.metrics = metrics
+        self.running = running
+        self.match_at_schedule = match_at_schedule
+        self.block_size = block_size
+        self.shapes = shapes              # the scheduler orders the chunks (`shapes_batch`)
+        self.at_schedule = at_schedule    # cache_at="schedule"
+
+    def plan_prefills(self, plan: ChunkPlan, now: float) -> None:
         """Give the admitted requests that still prefill their chunks, in order, while budget lasts."""
         if plan.budget <= 0:
             return
-        for r in (self._prefill_order() if self._shapes else self.running):
-            if r.state == PREFILL and not self._plan_chunk(plan, r, now):
+        plan_chunk = self.plan_chunk
+        for r in (self._prefill_order(now) if self.shapes else self.running):
+            if r.state == PREFILL and not plan_chunk(plan, r, now):
                 break
 
-    def _plan_chunk(self: "Simulator", plan: ChunkPlan, r: Request, now: float) -> bool:
+    def plan_chunk(self, plan: ChunkPlan, r: Request, now: float) -> bool:
         """Add `r`'s next chunk to the plan; False once the budget is spent."""
         budget = plan.budget
-        at_schedule = self._at_schedule
+        at_schedule = self.at_schedule
         if at_schedule and r.context == r.hit_tokens and r.lease is not None:
-            self._match_at_schedule(r)     # its first chunk: look the cache up again
+            self.match_at_schedule(r)     # its first chunk: look the cache up again
         n = r.prefill_left if r.prefill_left < budget else budget
         caps = plan.caps
         if caps is not None:
@@ -64,18 +79,17 @@ class PrefillBatch:
                 return True
         plan.chunks.append((r, n))
         if at_schedule and r.lease is not None:
-            self.metrics.block_touches += self.cache.commit_prompt(r.lease, now, (r.context + n) // self.config.block_size)
+            self.metrics.block_touches += self.cache.commit_prompt(r.lease, now, (r.context + n) // self.block_size)
         plan.tokens += n
         plan.pairs += n * (r.context + (n + 1) / 2.0)
         plan.kv += r.context + n
         plan.budget = budget - n
         return plan.budget > 0
 
-    def _prefill_order(self: "Simulator") -> list[Request]:
+    def _prefill_order(self, now: float) -> list[Request]:
         """Admitted requests in the order the scheduler gives them prefill tokens."""
         pre = [r for r in self.running if r.state == PREFILL]
         if len(pre) > 1:
             rank = self.sched.batch_rank
-            now = self.now
             pre.sort(key=lambda r: rank(r.info, r.arrival, r.prefill_left, now))
         return pre

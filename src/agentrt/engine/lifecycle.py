@@ -1,7 +1,8 @@
 """A request's lifecycle in the simulated engine: arrival, prefill done, finish.
 
-A mixin of `Simulator`; admission is in `admission.py`. With `cache_at="schedule"` a request's
-hits may grow before its first prefill chunk (`_match_at_schedule`); its counters follow. A
+`RequestLifecycle` is the `Simulator`'s part that moves requests through these events, at the
+time the simulator passes in; admission is in `admission.py`. With `cache_at="schedule"` a request's
+hits may grow before its first prefill chunk (`match_at_schedule`); its counters follow. A
 request admitted again after a preemption (`preemption.py`) prefills its prompt plus what it had
 generated, and is counted only as recomputation: prompt tokens, hits, the TTFT and the
 `admitted` order stay those of the first admission. At the finish, the output
@@ -11,21 +12,50 @@ block (so it tags output blocks too), and only then is the path unlocked and sco
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import deque
+from collections.abc import Callable, Iterator
 
+from agentrt.cache.radix import RadixKVCache
+from agentrt.engine.admission import AdmissionGate
+from agentrt.engine.metrics import Metrics
+from agentrt.engine.observers import Observers
+from agentrt.engine.records import Records
+from agentrt.engine.replay import WorkflowReplay
 from agentrt.engine.request import DECODE, DONE, Request
+from agentrt.engine.tool_hints import RetainHints, ToolHints
 from agentrt.runtime import events as ev
+from agentrt.runtime.policy import Policy
+from agentrt.sched.base import Scheduler
 from agentrt.trace.schema import Call
-
-if TYPE_CHECKING:
-    from agentrt.engine.simulator import Simulator
 
 
 class RequestLifecycle:
-    def _arrive(self: "Simulator", t: float, c: Call) -> None:
-        self._rid += 1
-        bs = self.config.block_size
-        info = ev.CallInfo(rid=self._rid, workflow=c.workflow, agent=c.agent, tenant=c.tenant,
+    def __init__(self, cache: RadixKVCache, sched: Scheduler, policy: Policy, metrics: Metrics,
+                 replay: WorkflowReplay, waiting: deque[Request], gate: AdmissionGate, rids: Iterator[int],
+                 records: Records, observers: Observers, block_size: int, tool_hints: ToolHints | None,
+                 retain: RetainHints | None, progress: Callable[[int], None] | None) -> None:
+        """`replay`: the arrival source told of each finish (`WorkflowReplay` or one with its
+        interface); `rids`: request ids, shared with warm-ups (`actions.py`)."""
+        self.cache = cache
+        self.sched = sched
+        self.policy = policy
+        self.metrics = metrics
+        self.replay = replay
+        self.waiting = waiting
+        self.gate = gate
+        self.rids = rids
+        self.records = records
+        self.observers = observers
+        self.block_size = block_size
+        self.tool_hints = tool_hints
+        self.retain = retain
+        self.progress = progress
+        self.reorders = sched.reorders
+
+    def arrive(self, t: float, c: Call, now: float) -> None:
+        """A call that arrived at `t` joins the waiting queue at `now` (>= `t`)."""
+        bs = self.block_size
+        info = ev.CallInfo(rid=next(self.rids), workflow=c.workflow, agent=c.agent, tenant=c.tenant,
                            index=c.call, hash_ids=c.hash_ids, input_length=c.input_length,
                            output_length=c.output_length, block_size=bs, signal=c.signal,
                            agent_explicit=c.agent is not None)
@@ -36,22 +66,21 @@ class RequestLifecycle:
         if m.last_arrival is None or t > m.last_arrival:
             m.last_arrival = t
         self.waiting.append(r)
-        if self._reorders:
-            self._admit_blocked = False     # it may rank before the blocked one
-        if self._events:
-            self._observe(ev.CallArrived(self.now, info))
+        if self.reorders:
+            self.gate.blocked = False     # it may rank before the blocked one
+        if self.observers.on:
+            self.observers.observe(ev.CallArrived(now, info))
 
-    def _prefill_done(self: "Simulator", r: Request) -> None:
-        now = self.now
+    def prefill_done(self, r: Request, now: float) -> None:
         lease = r.lease
         if lease is not None:
             self.metrics.block_touches += self.cache.commit_prompt(lease, now)
-            if self._events:
+            if self.observers.on:
                 # every block it computed (with cache_at="schedule" most entered chunk by chunk)
                 inserted = lease.depth - lease.gpu_hit - lease.host_hit
-                self._observe(ev.PromptCached(now, r.info, lease.node, inserted))
+                self.observers.observe(ev.PromptCached(now, r.info, lease.node, inserted))
             if self.sched.defers and self.sched.wakes_on_prefill():
-                self._admit_blocked = False     # a call held for this prompt may go now
+                self.gate.blocked = False     # a call held for this prompt may go now
         if not r.ttft_done:
             r.ttft_done = True
             r.first_token_at = now
@@ -62,11 +91,11 @@ class RequestLifecycle:
             r.output_left -= 1
             r.context += 1
         if r.output_left <= 0:
-            self._finish(r)
+            self.finish(r, now)
         else:
             r.state = DECODE
 
-    def _match_at_schedule(self: "Simulator", r: Request) -> None:
+    def match_at_schedule(self, r: Request) -> None:
         """Before a request's first prefill chunk (`cache_at="schedule"`): blocks that entered
         the cache since its admission, chunks other requests have scheduled above all, become
         its hits (`RadixKVCache.extend_match`); its counters move from computed to hit."""
@@ -74,7 +103,7 @@ class RequestLifecycle:
         if not k:
             return
         lease = r.lease
-        hit = min((lease.gpu_hit + lease.host_hit) * self.config.block_size, r.prompt_len - 1)
+        hit = min((lease.gpu_hit + lease.host_hit) * self.block_size, r.prompt_len - 1)
         old = r.hit_tokens
         delta = hit - old
         if delta <= 0:
@@ -97,8 +126,7 @@ class RequestLifecycle:
             m.prefill_tokens -= delta
             m.tenant(info.tenant).gpu_hit_tokens += delta
 
-    def _finish(self: "Simulator", r: Request) -> None:
-        now = self.now
+    def finish(self, r: Request, now: float) -> None:
         r.state = DONE
         info = r.info
         m = self.metrics
@@ -110,14 +138,16 @@ class RequestLifecycle:
             # cached locked, so that the runtime tags them (CallFinished) before they are scored
             node = self.cache.cache_output(lease, ohids[r.out_start:] if r.out_start else ohids)
             m.block_touches += lease.output_blocks - before
-            if ohids and self.stream is not None and not info.warmup:
-                self.stream.append((info.tenant, ohids, info.input_length // info.block_size, False))
-            if self.holds is not None and not info.warmup:
-                self.holds.append((len(self.stream) - 1, id(r), -1, None, None))
-        self._admit_blocked = False
+            records = self.records
+            if ohids and records.stream is not None and not info.warmup:
+                records.stream.append((info.tenant, ohids, info.input_length // info.block_size, False))
+            if records.holds is not None and not info.warmup:
+                records.holds.append((len(records.stream) - 1, id(r), -1, None, None))
+        self.gate.blocked = False
+        observers = self.observers
         if info.warmup:
-            if self._events:
-                self._observe(ev.CallFinished(now, info, node, False))
+            if observers.on:
+                observers.observe(ev.CallFinished(now, info, node, False))
             if lease is not None:
                 self.cache.release(lease)
             return
@@ -132,20 +162,17 @@ class RequestLifecycle:
             self.policy.retain_path(now, info.tenant, info.workflow, node,
                                     self.retain.duration(info.workflow, info.index, tool_ms * 1e-3),
                                     self.retain.priority)
-        if self._events:
+        if observers.on:
             hints = self.tool_hints
             expected = (hints.estimate(info.workflow, info.index, tool_ms * 1e-3)
                         if hints is not None and tool_ms > 0 else None)
-            self._observe(ev.CallFinished(now, info, node, tool_ms > 0, expected))
+            observers.observe(ev.CallFinished(now, info, node, tool_ms > 0, expected))
         if lease is not None:
             self.cache.release(lease)
         if ended is not None:
             m.workflows += 1
             m.e2e.append(now - (ended.first_arrival if ended.first_arrival is not None else r.arrival))
-            if self._events:
-                self._observe(ev.WorkflowEnded(now, info.workflow, info.tenant))
+            if observers.on:
+                observers.observe(ev.WorkflowEnded(now, info.workflow, info.tenant))
         if self.progress is not None:
             self.progress(1)
-
-    def _on_evict(self: "Simulator", blocks: list, demoted: bool) -> None:
-        self._observe(ev.BlocksEvicted(self.now, blocks, demoted))

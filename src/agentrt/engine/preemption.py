@@ -1,4 +1,4 @@
-"""Incremental output allocation and preemption by recompute: a mixin of `Simulator`.
+"""Incremental output allocation and preemption by recompute: `Preemption`, a part of `Simulator`.
 
 As in vLLM V1 under FCFS scheduling:
 - Before each iteration, every decoding request whose next token starts a new block takes one:
@@ -17,35 +17,57 @@ As in vLLM V1 under FCFS scheduling:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import deque
 
+from agentrt.cache.radix import RadixKVCache
+from agentrt.engine.admission import AdmissionGate, CacheQueueView
+from agentrt.engine.metrics import Metrics
+from agentrt.engine.records import Records
 from agentrt.engine.request import DECODE, LOADING, WAITING, Request
-
-if TYPE_CHECKING:
-    from agentrt.engine.simulator import Simulator
+from agentrt.runtime.runtime import AgentRuntime
+from agentrt.sched.base import Scheduler
 
 
 class Preemption:
-    def _take_blocks(self: "Simulator", decode: list[Request]) -> None:
+    def __init__(self, cache: RadixKVCache, sched: Scheduler, runtime: AgentRuntime, metrics: Metrics,
+                 waiting: deque[Request], running: list[Request], gate: AdmissionGate,
+                 view: CacheQueueView | None, inflight: dict, records: Records, block_size: int) -> None:
+        """`running`: the engine's running requests (changed in place), in admission order;
+        `inflight`: prefetched block -> when its PCIe transfer is done (`actions.py`)."""
+        self.cache = cache
+        self.sched = sched
+        self.runtime = runtime
+        self.metrics = metrics
+        self.waiting = waiting
+        self.running = running
+        self.gate = gate
+        self.view = view
+        self.inflight = inflight
+        self.records = records
+        self.block_size = block_size
+        self.reorders = sched.reorders
+        self.preempted = False          # a request was preempted in this iteration
+
+    def take_blocks(self, decode: list[Request], now: float) -> None:
         """Decoding requests whose next token opens a block take one each, in admission order,
         preempting from the tail of the running list when nothing is free or evictable."""
-        bs = self.config.block_size
+        bs = self.block_size
         grow = self.cache.grow
         for r in decode:
             if r.state != DECODE or r.context % bs or r.lease is None:
                 continue
             while not grow(r.lease, 1):
-                victim = self._victim()
-                self._preempt(victim)
+                victim = self.victim(now)
+                self.preempt(victim, now)
                 if victim is r:
                     break
 
-    def _victim(self: "Simulator") -> Request | None:
+    def victim(self, now: float) -> Request | None:
         """The running request to preempt: the most recently admitted one (FCFS, as vLLM), or
         under a reordering scheduler the lowest-ranked one (vLLM's priority scheduling)."""
-        if self._reorders:
-            view = self._view
-            view.now = self.now
+        if self.reorders:
+            view = self.view
+            view.now = now
             rank = self.sched.rank
             held = [v for v in self.running if v.lease is not None and v.state != WAITING]
             return max(held, key=lambda v: rank(v.info, v.arrival, view)) if held else None
@@ -54,12 +76,11 @@ class Preemption:
                 return v
         return None
 
-    def _preempt(self: "Simulator", r: Request) -> None:
+    def preempt(self, r: Request, now: float) -> None:
         """Free `r`'s memory, keeping its completed blocks as cache, and queue it at the front."""
         cache = self.cache
         lease = r.lease
-        bs = self.config.block_size
-        now = self.now
+        bs = self.block_size
         ohids = r.call.output_hash_ids if r.call is not None else []
         if r.state == DECODE:
             done = r.context // bs - lease.n_full
@@ -69,7 +90,7 @@ class Preemption:
                 # blocks still in flight over PCIe: whoever hits them next waits for the transfer
                 b = lease.node
                 for _ in range(lease.host_hit):
-                    self._inflight[b] = r.ready_at
+                    self.inflight[b] = r.ready_at
                     b = b.parent
             if r.state == LOADING and r.ready_at > now and lease.remote_hit:
                 # blocks still on their way from a peer never arrived: keep only the local hits
@@ -80,12 +101,13 @@ class Preemption:
             node = lease.node
         # tag before the path is unlocked and scored, as a finished call's blocks are
         self.runtime.keep_preempted(r.info.rid, node)
-        if self.holds is not None and not r.info.warmup:
-            self.holds.append((len(self.stream) - 1, id(r), -1, None, None))
+        records = self.records
+        if records.holds is not None and not r.info.warmup:
+            records.holds.append((len(records.stream) - 1, id(r), -1, None, None))
         cache.release(lease)
         r.requeue(ohids)
         self.waiting.appendleft(r)
-        self._preempted = True
-        self._admit_blocked = False
+        self.preempted = True
+        self.gate.blocked = False
         if not r.info.warmup:
             self.metrics.preemptions += 1

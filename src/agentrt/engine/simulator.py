@@ -25,10 +25,13 @@ Model (vLLM V1 / SGLang style)
   takes the blocks it crosses into at its start and ends before any step that would preempt.
 - A request that cannot fit in the whole GPU pool (prompt and output) is served without the
   cache (`oversize_calls`).
-Arrival, admission, prefill completion and finish are in `lifecycle.py`, an iteration's prefill
-chunks in `batch.py`, runtime actions in
-`actions.py`, block growth and preemption in `preemption.py`, decode fast-forward in
-`fast_forward.py`.
+`Simulator` runs the loop and owns the clock, the waiting and running requests and the cache;
+it hands the rest to parts it owns, each given what it reads and the time: `admission`
+(`admission.py`), `lifecycle` (arrival, prefill completion, finish: `lifecycle.py`), `batch` (an
+iteration's prefill chunks: `batch.py`), `actions` (runtime actions: `actions.py`), `preemption`
+(block growth and preemption: `preemption.py`), `fast_forward` (decode stretches:
+`fast_forward.py`). They share the `AdmissionGate`, the `Records` (`records.py`), the
+`Observers` (`observers.py`) and the PCIe `Link` (`links.py`).
 The replay (`replay.py`) decides when calls arrive; the policy decides eviction order and may
 issue actions (`act`) between iterations. `run` loops over `step` (one iteration, or a report that
 the replica is idle or parked until a known time); a cluster (`agentrt.cluster`) steps several
@@ -37,6 +40,7 @@ simulators in time order instead, feeding each the calls its router sends (`arri
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -44,17 +48,21 @@ from dataclasses import dataclass
 
 from agentrt.cache.radix import RadixKVCache
 from agentrt.engine.actions import RuntimeActions
-from agentrt.engine.admission import Admission, CacheQueueView
+from agentrt.engine.admission import Admission, AdmissionGate, CacheQueueView, PeerLookup
 from agentrt.engine.batch import ChunkPlan, PrefillBatch
 from agentrt.engine.costs import CostModel
 from agentrt.engine.fast_forward import FastForward
 from agentrt.engine.lifecycle import RequestLifecycle
+from agentrt.engine.links import Link
 from agentrt.engine.metrics import Metrics
+from agentrt.engine.observers import Observers
 from agentrt.engine.preemption import Preemption
 from agentrt.engine.presets import Preset
+from agentrt.engine.records import Records
 from agentrt.engine.replay import DelayedArrivals, WorkflowReplay
 from agentrt.engine.request import DECODE, DONE, LOADING, PREFILL, WAITING, Request
 from agentrt.engine.tool_hints import RetainHints, ToolHints
+from agentrt.runtime import events as ev
 from agentrt.runtime.floor import RetentionFloor
 from agentrt.runtime.policy import Policy
 from agentrt.runtime.retention import Retention
@@ -97,7 +105,7 @@ class EngineConfig:
         return self.preset.model.kv_bytes_per_token * self.block_size
 
 
-class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preemption, FastForward):
+class Simulator:
     def __init__(self, config: EngineConfig, policy: Policy | AgentRuntime, calls: Iterator[Call],
                  concurrency: int | None = None, record_stream: bool = False,
                  time_scale: float = 1.0,
@@ -114,8 +122,6 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
         `safety_net`: the runtime's LRU safety net (True, False or a `NetConfig`; ignored when
         `policy` is a runtime already built)."""
         self.config = config
-        self.tool_hints = tool_hints
-        self.retain = retain
         self.sched = scheduler if scheduler is not None else Scheduler()
         if getattr(self.sched, "kv_shares", False) and not isinstance(policy, AgentRuntime):
             policy = TenantShares(policy, getattr(self.sched, "weights", None))
@@ -131,8 +137,6 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
         shares = self.policy.inner if isinstance(self.policy, RetentionFloor) else self.policy
         if isinstance(shares, TenantShares):
             shares.attach(self.cache)
-        self._reorders = self.sched.reorders
-        self._view = CacheQueueView(self.cache, self) if self._reorders or self.sched.defers else None
         self._shapes = self.sched.shapes_batch
         self._at_schedule = config.cache_at == "schedule"
         if self._at_schedule:
@@ -141,30 +145,14 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
         if config.request_overhead_s > 0 and arrivals is None:
             self.replay = DelayedArrivals(self.replay, config.request_overhead_s)
         self.metrics = Metrics()
-        self.stream: list | None = [] if record_stream else None
-        # (stream position, request key, +1 held / -1 released, tenant, hash ids): when a user
-        # call's prompt blocks were held in GPU memory (`bounds.held`)
-        self.holds: list | None = [] if record_stream else None
-        # (workflow, call index) of user calls in admission order: the oracle's reference order
-        self.admitted: list[tuple[str, int]] | None = [] if record_stream else None
-        self.progress = progress
+        self.records = Records(stream=[], holds=[], admitted=[]) if record_stream else Records()
         self.now = 0.0
+        # both lists are changed in place only: the parts below and the queue view hold them
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self._admit_blocked = False
-        self._wake_at: float | None = None   # when a call held back by the scheduler ages
-        self._preempted = False          # a request was preempted in this iteration
-        self._pcie_free = 0.0
-        # peer transfer (a cluster sets these): peers(tenant, hash_ids, start, n_full) -> blocks
-        # after `start` that another replica holds on its GPU; received at net_bytes_s
-        self.peers: Callable[[str, list[int], int, int], int] | None = None
-        self.net_bytes_s = 0.0
-        self._net_free = 0.0
-        self._rid = 0
-        self._events = self.runtime.wants_events or self.sched.wants_events
-        self._observe = self._observer()
+        self.gate = AdmissionGate()
+        self.observers = Observers(self.runtime, self.sched)
         self._acts = self.policy.acts
-        self._inflight: dict = {}        # prefetched block -> time its PCIe transfer is done
         self._last_decode_only = False   # the latest iteration (or fast-forward stretch) had no prefill
         self._last_iter_s = 0.0
         self._park_until = 0.0
@@ -172,20 +160,91 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
         # a time before which no outside event can reach this replica (None: only its arrivals);
         # a cluster sets it so that a decode stretch stops where another replica may route a call
         self.horizon: float | None = None
+
+        cache, sched, m, bs = self.cache, self.sched, self.metrics, config.block_size
+        rids = itertools.count(1)        # request ids, arrivals and warm-ups alike
+        pcie = Link()
+        view = (CacheQueueView(cache, self.cost, self.running, self.waiting)
+                if sched.reorders or sched.defers else None)
+        self.actions = RuntimeActions(self.runtime, cache, self.cost, m, self.waiting, pcie, rids,
+                                      self.observers, bs, config.block_bytes, config.host_blocks)
+        self.lifecycle = RequestLifecycle(cache, sched, self.policy, m, self.replay, self.waiting, self.gate,
+                                          rids, self.records, self.observers, bs, tool_hints, retain,
+                                          progress)
+        self.batch = PrefillBatch(cache, sched, m, self.running, self.lifecycle.match_at_schedule, bs,
+                                  self._shapes, self._at_schedule)
+        self.admission = Admission(cache, sched, self.cost, m, self.waiting, self.running, self.gate, view,
+                                   pcie, self.actions.inflight, self.batch.plan_chunk, self.records,
+                                   self.observers, bs, config.block_bytes, config.max_running)
+        self.preemption = Preemption(cache, sched, self.runtime, m, self.waiting, self.running, self.gate,
+                                     view, self.actions.inflight, self.records, bs)
+        self.fast_forward = FastForward(cache, self.cost, bs)
         if self.runtime.wants_events:
-            self.cache.on_evict = self._on_evict
+            cache.on_evict = self._on_evict
 
-    def _observer(self) -> Callable:
-        rt, sched = self.runtime, self.sched
-        if not sched.wants_events:
-            return rt.observe
-        if not rt.wants_events:
-            return sched.observe
+    # ------------------------------------------------------------------ what others read and set
+    @property
+    def next_event_time(self) -> float:
+        """After `step` returned PARKED: the time it is parked until (the earliest arrival, end
+        of a host load or held call's bound)."""
+        return self._park_until
 
-        def both(e) -> None:
-            rt.observe(e)
-            sched.observe(e)
-        return both
+    @property
+    def has_observers(self) -> bool:
+        """Whether the runtime or the scheduler takes events (none are built otherwise)."""
+        return self.observers.on
+
+    def observe(self, event) -> None:
+        """Deliver an event from outside (a cluster's `WorkflowEnded`) to the runtime and scheduler."""
+        self.observers.observe(event)
+
+    def _on_evict(self, blocks: list, demoted: bool) -> None:
+        self.observers.observe(ev.BlocksEvicted(self.now, blocks, demoted))
+
+    @property
+    def stream(self) -> list | None:
+        """Block references in order (`records.py`); None unless `record_stream`."""
+        return self.records.stream
+
+    @stream.setter
+    def stream(self, value: list | None) -> None:
+        self.records.stream = value
+
+    @property
+    def holds(self) -> list | None:
+        """When user calls held their prompt blocks (`records.py`); None unless `record_stream`."""
+        return self.records.holds
+
+    @holds.setter
+    def holds(self, value: list | None) -> None:
+        self.records.holds = value
+
+    @property
+    def admitted(self) -> list[tuple[str, int]] | None:
+        """(workflow, call index) of user calls in admission order; None unless `record_stream`."""
+        return self.records.admitted
+
+    @admitted.setter
+    def admitted(self, value: list[tuple[str, int]] | None) -> None:
+        self.records.admitted = value
+
+    @property
+    def peers(self) -> PeerLookup | None:
+        """Peer transfer (a cluster sets it): peers(tenant, hash_ids, start, n_full) -> blocks
+        after `start` that another replica holds on its GPU, received at `net_bytes_s`."""
+        return self.admission.peers
+
+    @peers.setter
+    def peers(self, value: PeerLookup | None) -> None:
+        self.admission.peers = value
+
+    @property
+    def net_bytes_s(self) -> float:
+        return self.admission.net_bytes_s
+
+    @net_bytes_s.setter
+    def net_bytes_s(self, value: float) -> None:
+        self.admission.net_bytes_s = value
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> Metrics:
@@ -218,25 +277,28 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
     def step(self) -> int:
         """Take the calls that arrived by `now`, then run one iteration (or a fast-forwarded
         decode stretch) and return RAN; or return IDLE (nothing running or waiting), PARKED
-        (nothing can run before `_park_until`: an arrival, a host load, a held call's bound) or
-        BLOCKED (requests wait and nothing known will let them run). `run` loops over it; a
+        (nothing can run before `next_event_time`: an arrival, a host load, a held call's bound)
+        or BLOCKED (requests wait and nothing known will let them run). `run` loops over it; a
         cluster (`agentrt.cluster`) steps its replicas in time order and feeds their arrivals."""
-        for t, c in self.replay.pop_arrivals(self.now):
-            self._arrive(t, c)
-        if not self.running and not self.waiting:
-            return IDLE
-        if self._wake_at is not None and self.now >= self._wake_at:
-            self._wake_at = None
-            self._admit_blocked = False
-        if self._acts:
-            self._act()
-        bs = self.config.block_size
         now = self.now
+        lifecycle = self.lifecycle
+        for t, c in self.replay.pop_arrivals(now):
+            lifecycle.arrive(t, c, now)
+        running = self.running
+        if not running and not self.waiting:
+            return IDLE
+        gate = self.gate
+        if gate.wake_at is not None and now >= gate.wake_at:
+            gate.wake_at = None
+            gate.blocked = False
+        if self._acts:
+            self.actions.act(now, self._last_decode_only, self._last_iter_s)
+        bs = self.config.block_size
         decode = []
         ctx = 0
         loading_until = None
         needy = None
-        for r in self.running:
+        for r in running:
             st = r.state
             if st == DECODE:
                 if not r.context % bs and r.lease is not None:   # its next token opens a block
@@ -251,43 +313,58 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
                     r.state = PREFILL
                 elif loading_until is None or r.ready_at < loading_until:
                     loading_until = r.ready_at
+        preemption = self.preemption
         if needy is not None and not self.cache.grow_all(needy, len(needy)):
-            self._take_blocks(decode)
+            preemption.take_blocks(decode, now)
             decode = [r for r in decode if r.state == DECODE]
             ctx = sum(r.context for r in decode)
-        preempted = self._preempted
+        preempted = preemption.preempted
         plan = ChunkPlan(len(decode), float(ctx), float(ctx), self.config.max_batch_tokens - len(decode),
                          self._shapes)
         at_schedule = self._at_schedule
+        batch = self.batch
         if at_schedule:       # vLLM's order: running requests' chunks, then admissions
-            self._plan_prefills(plan, now)
+            batch.plan_prefills(plan, now)
         if preempted:
-            self._preempted = False
-            self.running = [r for r in self.running if r.state != WAITING]
-        elif self.waiting and not self._admit_blocked:
-            n0 = len(self.running)
-            self._admit(plan if at_schedule else None)
-            for r in self.running[n0:]:
+            preemption.preempted = False
+            running[:] = [r for r in running if r.state != WAITING]
+        elif self.waiting and not gate.blocked:
+            n0 = len(running)
+            self.admission.admit(now, plan if at_schedule else None)
+            for r in running[n0:]:
                 if r.state == LOADING and (loading_until is None or r.ready_at < loading_until):
                     loading_until = r.ready_at
         if not at_schedule:
-            self._plan_prefills(plan, now)
+            batch.plan_prefills(plan, now)
         chunks, tokens, pairs, kv = plan.chunks, plan.tokens, plan.pairs, plan.kv
         if tokens == 0:
             if preempted:
                 return RAN           # admit in the next iteration
             nxt = self.replay.next_arrival()
-            cands = [t for t in (nxt, loading_until, self._wake_at) if t is not None]
+            cands = [t for t in (nxt, loading_until, gate.wake_at) if t is not None]
             if not cands:
                 return BLOCKED
             self._park_until = min(cands)
             return PARKED
         if not chunks and len(decode) > 0:
             k = min(r.output_left for r in decode)
-            if k > 1 and self._fast_forward(decode, ctx, k - 1, loading_until):
-                return RAN
+            if k > 1:
+                # the stretch stops at the first outside event: an arrival, another replica's
+                # turn (`horizon`), a host or peer load's end, a held call's release
+                limit = self.replay.next_arrival()
+                for t in (self.horizon, loading_until, gate.wake_at):
+                    if t is not None and (limit is None or t < limit):
+                        limit = t
+                end = self.fast_forward.run(decode, ctx, k - 1, now, float("inf") if limit is None else limit)
+                if end is not None:
+                    self._last_decode_only = True
+                    self._last_iter_s = end - now
+                    self.busy_s += end - now
+                    self.now = end
+                    return RAN
         dur = self.cost.iteration(tokens, pairs, kv)
-        self.now = now + dur
+        end = now + dur
+        self.now = end
         self.busy_s += dur
         self._last_decode_only = not chunks
         self._last_iter_s = dur
@@ -295,12 +372,12 @@ class Simulator(Admission, PrefillBatch, RequestLifecycle, RuntimeActions, Preem
             r.prefill_left -= n
             r.context += n
             if r.prefill_left == 0:
-                self._prefill_done(r)
+                lifecycle.prefill_done(r, end)
         for r in decode:
             r.output_left -= 1
             r.context += 1
             if r.output_left == 0:
-                self._finish(r)
-        if self.running and any(r.state == DONE for r in self.running):
-            self.running = [r for r in self.running if r.state != DONE]
+                lifecycle.finish(r, end)
+        if running and any(r.state == DONE for r in running):
+            running[:] = [r for r in running if r.state != DONE]
         return RAN
