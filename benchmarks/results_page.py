@@ -126,7 +126,40 @@ def admission() -> str:
             "of that share of FCFS + LRU's sustainable rate.\n\n"
             "| workload | FCFS + LRU goodput | best admission + eviction | FCFS + oracle goodput | best / oracle | "
             + " | ".join(f"E2E / isolated at {l}" for l in loads) + " |\n"
-            "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in loads) + " |\n" + "\n".join(rows) + "\n")
+            "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in loads) + " |\n" + "\n".join(rows) + "\n"
+            + "\n" + live_admission())
+
+
+def live_admission() -> str:
+    """The admission gate in front of a live vLLM against stock vLLM, per stored run."""
+    docs = sorted(RESULTS.glob("engine/live-admission-*.json"))
+    if not docs:
+        return missing("admission on the live engine", "python benchmarks/live_admission.py")
+    rows = []
+    for f in docs:
+        d = json.loads(f.read_text())
+        for load_, pairs in d["loads"].items():
+            stock = pairs["stock"]
+            for p, m in pairs.items():
+                if p == "stock" or not m.get("e2e_mean_s"):
+                    continue
+                sim = (f"{stock['sim_e2e_mean_s'] / m['sim_e2e_mean_s']:.2f}x"
+                       if m.get("sim_e2e_mean_s") and stock.get("sim_e2e_mean_s") else "-")
+                lo, hi = m["e2e_mean_s_range"]
+                rows.append(f"| {f.stem.removeprefix('live-admission-')} | {load_} | {p} | "
+                            f"{stock['e2e_mean_s']:.1f} | {m['e2e_mean_s']:.1f} ({lo:.1f}-{hi:.1f}) | "
+                            f"{stock['e2e_mean_s'] / m['e2e_mean_s']:.2f}x | {sim} | "
+                            f"{stock['ttft_p99_s']:.2f} / {m['ttft_p99_s']:.2f} |")
+    s = json.loads(docs[0].read_text())["settings"]
+    return ("On the live engine (vLLM 0.32 on the CPU, the tiny model; `agentrt serve --scheduler NAME` in front "
+            "for the gated pairs, the connector alone for `fcfs+`), at shares of stock vLLM's sustainable rate "
+            f"found live; medians of {s['runs']} runs, speed-up = stock's mean workflow E2E over the pair's, "
+            "the simulator's for the same calls beside it. Written by "
+            "`python benchmarks/live_admission.py`; reading in [notes/results-details.md]"
+            "(notes/results-details.md#agent-admission-on-live-vllm).\n\n"
+            "| workload | load | pair | stock E2E s | pair E2E s (range) | speed-up | simulator's | "
+            "TTFT p99 s, stock / pair |\n| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n"
+            + "\n".join(rows) + "\n")
 
 
 def routing() -> str:
