@@ -47,7 +47,7 @@ EXTRAS = {
     "pandas": ["pandas>=2"],
     # The GraphSAGE and R-GCN workflow predictors (agentrt.predict.neural; PBKV's default
     # predictor). Without it `agentrt serve`, the connector and the bench run, and PBKV policies
-    # train the Markov predictor instead (policies/pbkv.py).
+    # train the Markov predictor instead (policies/pbkv/policy.py).
     "gnn": ["torch_geometric==2.8.1"],
 }
 

@@ -23,7 +23,7 @@ predictor is trained on the other workload's trace of its own such regime (all i
 Columns: `own`: trained on this workload's held-back split (the bench's default); `foreign,
 judge off`: the foreign predictor with `online=false` (trusted wherever it knows the agent's
 name, as before the forecast judge); `foreign`: the same with the default, where the judge
-(`policies/forecast_judge.py`) hands an agent to the online model once its forecasts are
+(`policies/pbkv/forecast_judge.py`) hands an agent to the online model once its forecasts are
 decisively worse; `no predictor, online`; and the oracle.
 """
 
@@ -42,7 +42,7 @@ from agentrt.bench.runner import (BenchOptions, engine_config, make_bench_schedu
                                   make_trained_policy, plan_split)
 from agentrt.bench.source import file_source
 from agentrt.engine.simulator import Simulator
-from agentrt.policies.pbkv_time import PBKVTimePolicy
+from agentrt.policies.pbkv import PBKVTimePolicy
 from agentrt.trace.reader import TraceReader
 
 COLUMNS = ["lru", "no predictor", "no predictor, online", "trained", "trained, online", "oracle"]

@@ -41,8 +41,8 @@ from agentrt.bench.runner import (BenchOptions, engine_config, make_bench_schedu
 from agentrt.bench.source import file_source
 from agentrt.engine.simulator import Simulator
 from agentrt.policies.oracle import NEVER, FutureUses, OraclePolicy
-from agentrt.policies.pbkv_time import PBKVTimePolicy
-from agentrt.policies.timing import TINY, thread_density
+from agentrt.policies.pbkv import PBKVTimePolicy
+from agentrt.policies.pbkv.timing import TINY, thread_density
 from agentrt.runtime import events as ev
 from agentrt.trace.reader import TraceReader
 

@@ -8,7 +8,7 @@ Tail survival: many agents' next prompt does not reuse the last blocks of their 
 (a scratchpad or ledger rewritten each step, an answer summarised rather than quoted); until that
 call arrives those blocks look as live as the rest of the thread. With `tails`, PBKV-TA learns
 per agent how many blocks at the end of a thread's path its next call drops, and weighs the block
-`j` blocks above the leaf by P(dropped <= j) (`policies/pbkv_time.py`). Nothing is tuned.
+`j` blocks above the leaf by P(dropped <= j) (`policies/pbkv/time_aware.py`). Nothing is tuned.
 
 Each regime is a row of docs/results/regimes/WORKLOAD.json (written by `benchmarks/regimes.py`):
 its trace is generated again with the row's `agentrt generate` command and replayed with

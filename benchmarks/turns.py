@@ -2,7 +2,7 @@
 
 Where requests carry no workflow identity, PBKV-TA with `--set pbkv-ta.turns=true` ranks the
 blocks of ended requests by the follow-up hazard of their inferred turn class
-(`agentrt/policies/turns.py`). Two parts:
+(`agentrt/policies/pbkv/turns.py`). Two parts:
 
     python benchmarks/turns.py shares     # per trace: requests per turn class (1, 2, 3+) and the
                                           # share a later request followed up (re-sent the prompt)
@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agentrt.policies.turns import CLASSES, TurnHazard
+from agentrt.policies.pbkv.turns import CLASSES, TurnHazard
 from agentrt.trace.reader import TraceReader
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake"

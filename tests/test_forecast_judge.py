@@ -1,4 +1,4 @@
-"""The forecast judge (`policies/forecast_judge.py`) and PBKV-TA's use of it: a trained predictor
+"""The forecast judge (`policies/pbkv/forecast_judge.py`) and PBKV-TA's use of it: a trained predictor
 whose agent names match but whose workflows do not (trained on another application) gives way
 to the online model for those agents; one that forecasts well is kept."""
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from agentrt.policies.forecast_judge import ForecastJudge, log_loss
-from agentrt.policies.pbkv_time import PBKVTimePolicy
+from agentrt.policies.pbkv import PBKVTimePolicy
+from agentrt.policies.pbkv.forecast_judge import ForecastJudge, log_loss
 from agentrt.predict.samples import PROB_FLOOR
 from agentrt.runtime import events as ev
 

@@ -1,10 +1,10 @@
-"""Online K-step agent forecasts (`policies/online_steps.py`) and PBKV-TA's use of them."""
+"""Online K-step agent forecasts (`policies/pbkv/online_steps.py`) and PBKV-TA's use of them."""
 
 import numpy as np
 import pytest
 
-from agentrt.policies.online_steps import OnlineSteps
-from agentrt.policies.pbkv_time import PBKVTimePolicy
+from agentrt.policies.pbkv import PBKVTimePolicy
+from agentrt.policies.pbkv.online_steps import OnlineSteps
 from agentrt.policies.transitions import END, TransitionLearner
 from agentrt.runtime import events as ev
 

@@ -1,8 +1,8 @@
-"""`policies/anchors.py`: agents' anchor blocks and the rate their new threads read them."""
+"""`policies/pbkv/anchors.py`: agents' anchor blocks and the rate their new threads read them."""
 
 from types import SimpleNamespace
 
-from agentrt.policies.anchors import AgentAnchors
+from agentrt.policies.pbkv.anchors import AgentAnchors
 
 
 def prof(anchor, workflows):
@@ -40,7 +40,7 @@ def test_a_block_anchoring_two_agents_takes_the_faster_and_shrinking_anchors_rel
 
 
 def test_tables_stay_bounded_per_tenant(monkeypatch):
-    from agentrt.policies import anchors
+    from agentrt.policies.pbkv import anchors
     monkeypatch.setattr(anchors, "MAX_AGENT_KEYS", 8)
     a = anchors.AgentAnchors()
     a.update(("quiet", "q"), prof([7], 2))

@@ -4,8 +4,7 @@ import pytest
 
 from agentrt.cache import RadixKVCache
 from agentrt.cache.block import GPU, Block
-from agentrt.policies.pbkv import PBKVHEPolicy
-from agentrt.policies.pbkv_time import PBKVTimePolicy
+from agentrt.policies.pbkv import PBKVHEPolicy, PBKVTimePolicy
 from agentrt.runtime import events as ev
 from agentrt.runtime.branches import common_ancestor, untag_dead_branch
 from agentrt.runtime.runtime import AgentRuntime
@@ -84,7 +83,7 @@ def test_announced_tool_times_decide_between_two_tool_waits():
 
 def test_an_announced_tool_time_holds_until_it_is_overdue():
     from types import SimpleNamespace
-    from agentrt.policies.timing import AgentTimes
+    from agentrt.policies.pbkv.timing import AgentTimes
     t = AgentTimes()
     info = SimpleNamespace(rid=1, workflow="w", agent="a", tenant="default", key=("default", "w"))
     t.arrived(0.0, info)
@@ -196,18 +195,18 @@ def test_untag_dead_branch_stops_at_the_common_ancestor_and_keeps_other_threads(
 
 # ------------------------------------------------------------------ tail survival
 def test_dropped_counts_the_end_of_the_path_a_prompt_does_not_share():
-    from agentrt.policies.timing import _dropped
+    from agentrt.policies.pbkv.timing import dropped
     root = Block(-1, None, GPU, "default")
     leaf = _chain(root, [1, 2, 3, 4])[-1]
     assert leaf.depth == 4 and leaf.parent.depth == 3 and root.depth == 0
-    assert _dropped(leaf, [1, 2, 3, 4, 5]) == 0          # the next prompt extends the path
-    assert _dropped(leaf, [1, 2, 9]) == 2                 # it rewrote the last two blocks
-    assert _dropped(leaf, [8]) == 4
+    assert dropped(leaf, [1, 2, 3, 4, 5]) == 0          # the next prompt extends the path
+    assert dropped(leaf, [1, 2, 9]) == 2                 # it rewrote the last two blocks
+    assert dropped(leaf, [8]) == 4
 
 
 def test_tail_kept_is_the_share_of_drops_no_longer_than_the_distance():
-    from agentrt.policies.timing import _Tail
-    t = _Tail(keep=4)
+    from agentrt.policies.pbkv.timing import Tail
+    t = Tail(keep=4)
     for n in (0, 2, 2, 5):
         t.add(n)
     assert t.kept(0) == 0.25 and t.kept(1) == 0.25 and t.kept(2) == 0.75 and t.kept(5) == 1.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt.policies import forecast_judge as fj
+from agentrt.policies.pbkv import forecast_judge as fj
 from agentrt.policies.transitions import TransitionLearner
 from agentrt.runtime.window import TenantKeyed, window_in
 
@@ -80,9 +80,9 @@ def test_cachesage_transitions_survive_another_tenants_invented_agents():
 
 
 def test_pbkv_ta_agent_tables_survive_another_tenants_invented_agents(monkeypatch):
-    import agentrt.policies.anchors as an
-    import agentrt.policies.pbkv_time as pt
-    import agentrt.policies.timing as tm
+    import agentrt.policies.pbkv.anchors as an
+    import agentrt.policies.pbkv.time_aware as pt
+    import agentrt.policies.pbkv.timing as tm
     monkeypatch.setattr(pt, "MAX_AGENT_KEYS", 50)
     monkeypatch.setattr(tm, "MAX_AGENT_KEYS", 50)
     monkeypatch.setattr(an, "MAX_AGENT_KEYS", 50)

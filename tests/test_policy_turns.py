@@ -1,4 +1,4 @@
-"""Inferred conversation turns and the follow-up hazard (policies/turns.py), used by PBKV-TA for
+"""Inferred conversation turns and the follow-up hazard (policies/pbkv/turns.py), used by PBKV-TA for
 tenants whose requests carry no workflow identity."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agentrt import api
-from agentrt.policies import turns
-from agentrt.policies.turns import TurnHazard
+from agentrt.policies.pbkv import turns
+from agentrt.policies.pbkv.turns import TurnHazard
 
 REPO = Path(__file__).resolve().parents[1]
 SYNTHETIC = REPO.parent / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"

@@ -230,9 +230,9 @@ def test_per_agent_series_are_per_tenant():
 
 
 def test_pbkv_ta_agent_tables_stay_bounded_when_a_client_invents_agents(monkeypatch):
-    import agentrt.policies.anchors as an
-    import agentrt.policies.pbkv_time as pt
-    import agentrt.policies.timing as tm
+    import agentrt.policies.pbkv.anchors as an
+    import agentrt.policies.pbkv.time_aware as pt
+    import agentrt.policies.pbkv.timing as tm
     monkeypatch.setattr(pt, "MAX_AGENT_KEYS", 50)
     monkeypatch.setattr(tm, "MAX_AGENT_KEYS", 50)
     monkeypatch.setattr(an, "MAX_AGENT_KEYS", 50)

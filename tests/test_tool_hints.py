@@ -132,7 +132,7 @@ def test_exact_tool_times_help_pbkv_ta_where_tools_are_slow():
 
 
 def test_the_posterior_weighs_announcements_by_their_measured_error():
-    from agentrt.policies.announced import LogStats, lognormal_residual, posterior
+    from agentrt.policies.pbkv.announced import LogStats, lognormal_residual, posterior
     prior, exact, noisy = (math.log(10.0), 0.25), (0.0, 0.0), (0.0, 4.0)
     assert math.exp(posterior(prior, exact, 30.0)[0]) == pytest.approx(30.0)       # taken at its word
     m, v = posterior(prior, noisy, 30.0)
@@ -153,7 +153,7 @@ def test_the_posterior_weighs_announcements_by_their_measured_error():
 
 
 def test_the_mapped_residual_keeps_the_observed_waits_shape_between_its_limits():
-    from agentrt.policies.announced import mapped_residual, posterior
+    from agentrt.policies.pbkv.announced import mapped_residual, posterior
     from agentrt.runtime.window import SampleWindow
     w = SampleWindow()
     for x in (1.0, 1.2, 0.9, 60.0, 55.0, 70.0):          # bimodal: a file read and a test run

@@ -41,8 +41,7 @@ from agentrt.runtime.state import threads_of
 from agentrt.runtime.policy import Policy, Prediction
 from agentrt.policies.idle_starts import BARREN, IdleStarts
 from agentrt.policies.transitions import END, TransitionLearner
-from agentrt.policies.timing import MAX_AGENT_KEYS
-from agentrt.runtime.window import TenantKeyed
+from agentrt.runtime.window import MAX_AGENT_KEYS, TenantKeyed
 
 
 class CacheSagePolicy(Policy):

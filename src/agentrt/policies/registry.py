@@ -50,8 +50,8 @@ def _builtins():
     from agentrt.policies.cachesage import CacheSagePolicy
     from agentrt.policies.kvflow import KVFlowPolicy
     from agentrt.policies.lru import LRUPolicy
-    from agentrt.policies.pbkv import PBKVAggressivePolicy, PBKVHEPolicy, PBKVLAEPolicy, PBKVPolicy
-    from agentrt.policies.pbkv_time import PBKVTimePolicy
+    from agentrt.policies.pbkv import (PBKVAggressivePolicy, PBKVHEPolicy, PBKVLAEPolicy, PBKVPolicy,
+                                       PBKVTimePolicy)
     from agentrt.policies.ttl import TTLPolicy
     return (LRUPolicy, CacheSagePolicy, KVFlowPolicy, TTLPolicy, PBKVLAEPolicy, PBKVHEPolicy,
             PBKVPolicy, PBKVAggressivePolicy, PBKVTimePolicy)

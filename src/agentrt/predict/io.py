@@ -3,7 +3,7 @@
 Kinds: `graphsage` (default), `rgcn` (agentrt.predict.neural, which needs torch_geometric: the
 `gnn` extra, `pip install 'agentrt[gnn]'`) and `markov` (agentrt.predict.markov, numpy only).
 Without torch_geometric the neural kinds raise `AgentrtError` saying how to install it; a policy
-that trains its own predictor falls back instead (`gnn_missing`, policies/pbkv.py).
+that trains its own predictor falls back instead (`gnn_missing`, policies/pbkv/policy.py).
 A saved predictor is one file: `torch.save` of a plain dict (format tag, kind, agents, horizon,
 config, and the kind's state: counts for markov; G's features and the state_dict for the neural
 kinds; and, from `agentrt train`, the provenance of its training data, see

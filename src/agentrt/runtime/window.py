@@ -18,6 +18,11 @@ import numpy as np
 
 from agentrt.runtime.tenant_lru import TenantLRU
 
+# policies' per-agent tables (PBKV-TA's durations, tails and anchors, CacheSage's warm-ups) keep
+# at most this many keys, the oldest dropped first: twice the runtime's agent profiles, so real
+# agents are never dropped while a client inventing agent ids cannot grow them without bound
+MAX_AGENT_KEYS = 16_384
+
 
 class SampleWindow:
     """The latest `keep` samples, sorted; `n` counts every sample ever added."""

@@ -16,8 +16,8 @@ Model
 
 from __future__ import annotations
 
-from agentrt.policies.timing import MAX_AGENT_KEYS, TINY
-from agentrt.runtime.window import SampleWindow, TenantKeyed
+from agentrt.policies.pbkv.timing import TINY
+from agentrt.runtime.window import MAX_AGENT_KEYS, SampleWindow, TenantKeyed
 
 
 class AgentAnchors:

@@ -4,7 +4,8 @@ PBKV-TA's trained predictor knows only the agents of its training logs. Without 
 engine with no `--predictor`), or for a workflow whose current agent it never saw, every thread
 density was 0, so those blocks ranked with the dead ones. This module is the fallback:
 per tenant, a sliding-window first-order Markov model of agent transitions (CacheSage's
-`TransitionLearner`): each workflow's consecutive agents, and END when its framework ends it.
+`TransitionLearner`, `policies/transitions.py`): each workflow's consecutive agents, and END
+when its framework ends it.
 From a workflow's current agent, the K-step joint distribution over the agents it can reach
 (and END) is propagated exactly through the learned transitions, END absorbing; an agent with no
 observed successor yet ends the forecast there (nothing is known of what follows it). Only the

@@ -7,8 +7,8 @@
   agent's logged tool waits and the logged errors of earlier announcements (`announced.py`).
 - `thread_density`: a thread's expected hits per second of residency from the predictor's step
   probabilities and the expected step times.
-- `_Tail`: the latest counts of blocks at the end of a thread's path that its next call did not
-  reuse (`_dropped`), and P(dropped <= j) for a block j blocks above the leaf.
+- `Tail`: the latest counts of blocks at the end of a thread's path that its next call did not
+  reuse (`dropped`), and P(dropped <= j) for a block j blocks above the leaf.
 Both keep a bounded window (`keep`), sorted for O(log n) queries; nothing reads a clock.
 """
 
@@ -19,14 +19,10 @@ import math
 
 import numpy as np
 
-from agentrt.policies.announced import MIN_GAP, LogStats, lognormal_residual, mapped_residual, posterior
-from agentrt.runtime.window import SampleWindow, TenantKeyed, window_in
+from agentrt.policies.pbkv.announced import MIN_GAP, LogStats, lognormal_residual, mapped_residual, posterior
+from agentrt.runtime.window import MAX_AGENT_KEYS, SampleWindow, TenantKeyed, window_in
 
 TINY = 1e-6   # seconds: floor of an expected residency (a use due now is not infinitely dense)
-# per-agent tables (durations, tails, anchors) keep at most this many keys, the oldest dropped
-# first: twice the runtime's agent profiles, so real agents are never dropped while a client
-# inventing agent ids cannot grow them without bound
-MAX_AGENT_KEYS = 16_384
 
 
 def thread_density(p: np.ndarray, rel: np.ndarray) -> np.ndarray:
@@ -156,7 +152,7 @@ def _stats(own: LogStats | None, every: LogStats) -> tuple[float, float] | None:
     return every.mean_var() if len(every) >= 2 else None
 
 
-def _dropped(leaf, hash_ids) -> int:
+def dropped(leaf, hash_ids) -> int:
     """Blocks at the end of the path to `leaf` that a prompt with `hash_ids` does not reuse."""
     path = []
     node = leaf
@@ -172,7 +168,7 @@ def _dropped(leaf, hash_ids) -> int:
     return len(path) - common
 
 
-class _Tail(SampleWindow):
+class Tail(SampleWindow):
     """The latest `keep` observed counts of blocks at the end of a thread's path that its next
     call did not reuse; `kept(j)`: the share of them that would have kept the block `j` blocks
     above the leaf (P(dropped <= j))."""

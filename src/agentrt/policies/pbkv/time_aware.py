@@ -74,16 +74,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentrt.policies.anchors import AgentAnchors
-from agentrt.policies.forecast_judge import ForecastJudge
-from agentrt.policies.online_steps import OnlineSteps
-from agentrt.policies.pbkv import PBKVPolicy
+from agentrt.policies.pbkv.anchors import AgentAnchors
+from agentrt.policies.pbkv.forecast_judge import ForecastJudge
+from agentrt.policies.pbkv.online_steps import OnlineSteps
+from agentrt.policies.pbkv.policy import PBKVPolicy
+from agentrt.policies.pbkv.timing import TINY, AgentTimes, Tail, dropped, thread_density
+from agentrt.policies.pbkv.turns import TurnHazard
 from agentrt.policies.transitions import END
-from agentrt.policies.turns import TurnHazard
-from agentrt.policies.timing import MAX_AGENT_KEYS, TINY, AgentTimes, _dropped, _Tail, thread_density
 from agentrt.runtime import events as ev
 from agentrt.runtime.state import threads_of
-from agentrt.runtime.window import TenantKeyed, window_in
+from agentrt.runtime.window import MAX_AGENT_KEYS, TenantKeyed, window_in
 
 
 class PBKVTimePolicy(PBKVPolicy):
@@ -102,7 +102,7 @@ class PBKVTimePolicy(PBKVPolicy):
         self.judge = ForecastJudge()             # trained or online, per agent (option `online`)
         self._out_len: dict[tuple[str, str], int] = {}   # (tenant, workflow) -> path length its `_out` forecast saw
         # per-agent tables, bounded max-min by tenant (`TenantKeyed`)
-        self._tail: dict[tuple[str, str], _Tail] = TenantKeyed(MAX_AGENT_KEYS)   # agent -> blocks its next call drops
+        self._tail: dict[tuple[str, str], Tail] = TenantKeyed(MAX_AGENT_KEYS)   # agent -> blocks its next call drops
         self.now = 0.0
         self.times = AgentTimes()
         self.anchors = AgentAnchors()     # agents' anchor blocks and thread-start rates (`anchors.py`)
@@ -140,7 +140,7 @@ class PBKVTimePolicy(PBKVPolicy):
             self._turns.arrived(info.tenant, info.hash_ids, e.now)
         th = wf.threads.get(info.agent) if wf is not None else None
         if self.tails and th is not None and th.calls > 1 and th.last_node is not None:
-            window_in(self._tail, key, MAX_AGENT_KEYS, _Tail).add(_dropped(th.last_node, info.hash_ids))
+            window_in(self._tail, key, MAX_AGENT_KEYS, Tail).add(dropped(th.last_node, info.hash_ids))
         if th is not None and th.calls == 1:
             # a thread starts: the calls that read an anchor without a live thread holding it
             self.anchors.thread_started(key, e.now)

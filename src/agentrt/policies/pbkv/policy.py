@@ -27,10 +27,10 @@ predicted steps, not by when their next call comes, so one that just went idle o
 can go before one whose subagents run for minutes. On long coding sessions that compact this
 puts `pbkv-he` (and `pbkv`, whose eviction it is) below LRU; the runtime's LRU safety net
 (`runtime/safety_net.py`) then ranks by LRU while it loses. PBKV-TA's dead-branch untagging and
-time-aware densities are agentrt's answer to both (`pbkv_time.py`).
+time-aware densities are agentrt's answer to both (`time_aware.py`).
 Without torch_geometric (the `gnn` extra) a policy asked to train a GraphSAGE or R-GCN predictor
 says so (`SetupWarning`) and trains the Markov predictor instead (PBKV-TA also keeps its
-online forecasts, pbkv_time.py).
+online forecasts, `time_aware.py`).
 """
 
 from __future__ import annotations
