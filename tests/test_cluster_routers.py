@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from agentrt.cluster.agent import AgentRouter, rendezvous_order
-from agentrt.cluster.cli import register_commands
+from agentrt.commands.routers import register_commands
 from agentrt.cluster.registry import make_router, router_names
 from agentrt.cluster.routing import ClusterHints, ReplicaView, RouteRequest, Router
 from agentrt.errors import AgentrtError

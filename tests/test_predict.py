@@ -200,7 +200,7 @@ def test_train_command_saves_and_reports_against_markov(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from agentrt.predict.cli import register_commands
+    from agentrt.commands.predict import register_commands
     from agentrt.trace.writer import write_trace
     from agentrt.workloads.base import GenConfig
     from agentrt.workloads.registry import get_workload

@@ -249,7 +249,7 @@ def test_warmups_go_after_every_user_call():
         call("B", wf, "coder " * 60, end=True)
     bridge.cache.add_work(10)
     call("A", "w3", "planner")
-    assert asyncio.run(bridge.act_once(post)) == 1
+    assert asyncio.run(bridge.acts.act_once(post)) == 1
     assert sent[0]["priority"] == WARMUP_PRIORITY
 
 

@@ -188,14 +188,14 @@ def test_bridge_learns_a_to_b_and_warms_b_between_calls():
         call("B", wf, sys_b, end=True)
     bridge.cache.add_work(10)                  # capacity unknown: B's prompt counts as evicted
     call("A", "w3", "planner")
-    assert asyncio.run(bridge.act_once(post)) == 1
+    assert asyncio.run(bridge.acts.act_once(post)) == 1
     path, body = sent[0]
     assert path == "/v1/chat/completions" and body["max_tokens"] == 1
     assert body["messages"] == [{"role": "system", "content": sys_b}, {"role": "user", "content": "."}]
     assert body["vllm_xargs"]["agentrt_agent"] == "B" and body["vllm_xargs"]["agentrt_warmup"] == "true"
-    assert asyncio.run(bridge.act_once(post)) == 0       # not twice for the same wait
+    assert asyncio.run(bridge.acts.act_once(post)) == 0       # not twice for the same wait
     lru = RuntimeBridge("lru")
-    assert asyncio.run(lru.act_once(post)) == 0
+    assert asyncio.run(lru.acts.act_once(post)) == 0
 
 
 def test_a_failing_policy_never_fails_the_call():
@@ -208,7 +208,7 @@ def test_a_failing_policy_never_fails_the_call():
     body = chat_body("s", "u")
     c = bridge.arrive("/v1/chat/completions", body, resolve_identity({"x-agent-id": "a"}, body, 1))
     bridge.finish(c, 200, None)
-    assert asyncio.run(bridge.act_once(None)) == 0
+    assert asyncio.run(bridge.acts.act_once(None)) == 0
     assert bridge.runtime.errors >= 2 and b'agentrt_runtime_errors_total{policy="cachesage",where="observe"}' \
         in bridge.metrics.exposition()
 

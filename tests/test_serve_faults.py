@@ -65,7 +65,7 @@ BAD_HEADERS = [
 def assert_clean(srv) -> None:
     b = srv.app.state.bridge
     assert wait_until(lambda: b.in_flight == 0, 3), f"in-flight slot leaked: {b.in_flight}"
-    assert not b.warming
+    assert not b.acts.warming
 
 
 def test_bad_bodies_are_400s_and_leak_nothing(srv, up):
@@ -122,7 +122,7 @@ def test_warmups_still_run_after_bad_requests(srv):
     bridge.cache.capacity_tokens = 0
     bridge.cache.add_work(10)
     assert bridge.in_flight == 0
-    assert asyncio.run(bridge.act_once(post)) == 1 and sent[0]["vllm_xargs"]["agentrt_agent"] == "B"
+    assert asyncio.run(bridge.acts.act_once(post)) == 1 and sent[0]["vllm_xargs"]["agentrt_agent"] == "B"
 
 
 def test_a_stream_cut_by_the_upstream_ends_with_an_error_event(srv):

@@ -168,7 +168,7 @@ def test_one_tenant_inventing_agents_and_prompts_keeps_another_tenants_state():
         call(b, "team-a", f"x{i}", f"a{i % 50}", "A " * 10)
     call(b, "team-a", "big", "abig", "A", user="y" * (256 * 70_000))   # past the cache estimate's
     assert b.runtime.profile("team-b", "planner") is not None
-    assert ("team-b", "planner") in b._templates
+    assert ("team-b", "planner") in b.templates
     assert b.cache.gpu_prefix("team-b", c.blocks.hash_ids) == before
     assert len(b.runtime.agents) <= b.runtime.max_agents and b.runtime.profiles_dropped > 0
     assert b.metrics.agent_label("b-new", "team-b") == "b-new"       # A named at most a quarter

@@ -32,7 +32,7 @@ def test_templates_with_megabytes_of_tools_stay_within_the_tenant_bytes():
     call(b, "team-b", "planner")
     for i in range(10):                          # 1 MB of tools under a new agent id each time
         call(b, "team-a", f"x{i}", tools_bytes=MB)
-    t = b._templates
+    t = b.templates
     assert t.tenant_bytes("team-a") <= 3 * MB and t.total <= 8 * MB
     assert ("team-a", "x9") in t and ("team-a", "x0") not in t      # the latest kept, the oldest gone
     assert ("team-b", "planner") in t
@@ -46,7 +46,7 @@ def test_list_form_content_counts_too():
     content = [{"type": "text", "text": "p" * (300 << 10)}]
     for i in range(8):
         call(b, "team-a", f"y{i}", content=content)
-    assert b._templates.tenant_bytes("team-a") <= MB and len(b._templates) <= 3
+    assert b.templates.tenant_bytes("team-a") <= MB and len(b.templates) <= 3
 
 
 def template(n: int) -> PromptTemplate:

@@ -182,7 +182,7 @@ def test_warmups_carry_their_tenants_salt():
         call("B", wf, "coder " * 60, end=True)
     bridge.cache.add_work(10)
     call("A", "w3", "planner")
-    assert asyncio.run(bridge.act_once(post)) == 1
+    assert asyncio.run(bridge.acts.act_once(post)) == 1
     assert sent[0]["cache_salt"] == Salts(SECRET)("team-a")
     assert sent[0]["vllm_xargs"]["agentrt_workflow"] == "team-a/warmup:B"
 

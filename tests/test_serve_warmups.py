@@ -93,9 +93,9 @@ def test_a_call_waiting_for_its_first_byte_holds_warmups_back():
     b.cache.add_work(10)
     call("A", "w3", "plan " * 60)
     waiting = call("Z", "other", "z " * 60, finish=False)
-    assert asyncio.run(b.act_once(post)) == 0 and b.starting == 1
+    assert asyncio.run(b.acts.act_once(post)) == 0 and b.starting == 1
     b.answering(waiting)                          # its answer started: the engine is decoding it
-    assert b.starting == 0 and asyncio.run(b.act_once(post)) == 1
+    assert b.starting == 0 and asyncio.run(b.acts.act_once(post)) == 1
     b.finish(waiting, 200, USAGE)
     assert b.in_flight == 0 and b.starting == 0
 
@@ -113,7 +113,7 @@ def test_warmup_share_bounds_one_tenants_warmups():
 def test_a_tenant_over_its_share_gets_no_warmup():
     clock = [0.0]
     b = RuntimeBridge("cachesage", clock=lambda: clock[0], warmup_share=0.01)
-    b.share.add("default", 5.0, 0.0)             # 5 s busy with warm-ups: over 1% of a minute
+    b.acts.share.add("default", 5.0, 0.0)             # 5 s busy with warm-ups: over 1% of a minute
     sent = []
 
     async def post(path, body):
@@ -130,5 +130,5 @@ def test_a_tenant_over_its_share_gets_no_warmup():
     body = chat("plan " * 60, "w3")
     b.finish(b.arrive("/v1/chat/completions", body, resolve_identity({"x-agent-id": "A", "x-workflow-id": "w3"},
                                                                      body, b.next_call_number())), 200, USAGE)
-    assert asyncio.run(b.act_once(post)) == 0 and not sent
+    assert asyncio.run(b.acts.act_once(post)) == 0 and not sent
     assert b'outcome="share"' in b.metrics.exposition()

@@ -97,7 +97,7 @@ def test_the_sweep_timer_counts_silent_ends(bridge_clock):
 
     async def a_few_sweeps() -> None:
         with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(bridge.sweep_loop(0.01), 0.2)
+            await asyncio.wait_for(bridge.acts.sweep_loop(0.01), 0.2)
 
     asyncio.run(a_few_sweeps())
     assert ended(bridge, "team-a", "silent") == 1 and ended(bridge, "team-b", "silent") == 1

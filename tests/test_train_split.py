@@ -41,7 +41,7 @@ def _train(*args: str):
     import typer
     from typer.testing import CliRunner
 
-    from agentrt.predict.cli import register_commands
+    from agentrt.commands.predict import register_commands
     app = typer.Typer()
     register_commands(app)
     app.command("noop")(lambda: None)   # a second command keeps `train` a subcommand

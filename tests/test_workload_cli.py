@@ -152,7 +152,7 @@ def test_generate_and_bench_share_one_set_of_defaults():
     import inspect
 
     import agentrt.api
-    from agentrt.workloads.cli import import_ag2_cmd
+    from agentrt.commands.workloads import import_ag2_cmd
     assert inspect.signature(import_ag2_cmd).parameters["block_size"].default.default == defaults.BLOCK_SIZE
     sim = inspect.signature(agentrt.api.simulate).parameters
     assert sim["workflows"].default == defaults.WORKFLOWS and sim["preset"].default == defaults.PRESET

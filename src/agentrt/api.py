@@ -74,20 +74,20 @@ class SimResult:
         """The PNG `agentrt bench --plot` writes."""
         from agentrt.bench.plot import image_suffixes
         from agentrt.bench.report import plot_result
-        from agentrt.options import output_file
+        from agentrt.checks import output_file
         plot_result(self.doc, output_file(path, "plot", image_suffixes()))
         return Path(path)
 
     def to_json(self, path: str | Path) -> Path:
         """Write `doc` as `agentrt bench --json` does."""
         from agentrt.bench.output import write_json
-        from agentrt.options import output_file
+        from agentrt.checks import output_file
         return write_json(self.doc, output_file(path, "to_json", (".json",)))
 
     def to_csv(self, path: str | Path) -> Path:
         """Write the table as `agentrt bench --csv` does."""
         from agentrt.bench.output import write_csv
-        from agentrt.options import output_file
+        from agentrt.checks import output_file
         return write_csv(self.doc, output_file(path, "to_csv", (".csv",)))
 
     def __repr__(self) -> str:

@@ -164,7 +164,7 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
         raise AgentrtError('--engine vllm needs vLLM: pip install -e ".[vllm]"')
     if model_size not in ("tiny", "small"):
         raise AgentrtError(f"--model-size must be tiny or small, got {model_size!r}")
-    from agentrt.options import positive
+    from agentrt.checks import positive
     for name, value in (("vllm_blocks", vllm_blocks), ("scale", scale), ("think_scale", think_scale),
                         ("max_calls", max_calls)):
         positive(value, name, cli=True)
@@ -233,7 +233,7 @@ def presets(file: Optional[Path] = typer.Option(None, "--file", help="show what 
 # --- commands defined in other modules -------------------------------------------------------
 def _register_extra_commands() -> None:
     import importlib
-    for mod in ("agentrt.workloads.cli", "agentrt.predict.cli", "agentrt.serve.cli", "agentrt.cluster.cli",
+    for mod in ("agentrt.commands.workloads", "agentrt.commands.predict", "agentrt.serve.cli", "agentrt.commands.routers",
                 "agentrt.enginebench.cli"):
         try:
             m = importlib.import_module(mod)

@@ -51,7 +51,8 @@ class BenchOptions:
         """Raise `AgentrtError` on the first bad value, naming it as the user wrote it (`cli`:
         `--gpu-blocks`, else `gpu_blocks`). Builds each policy once with its options (cheap, no
         training) so that a bad option value fails here, not in the middle of the run."""
-        from agentrt.options import check_policy_options, flag, input_file, positive
+        from agentrt.checks import flag, input_file, positive
+        from agentrt.options import check_policy_options
         if not policies:
             raise AgentrtError(f"{flag('policies', cli)} is empty" if cli else "no policies given")
         check_names(policies)

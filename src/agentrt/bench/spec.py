@@ -21,7 +21,7 @@ from agentrt.bench.overload import check_overload, overload_doc
 from agentrt.bench.runner import BenchOptions, ProgressFactory, run_bench
 from agentrt.bench.source import TraceSource, file_source, workload_source
 from agentrt.errors import AgentrtError, unknown_name
-from agentrt.options import flag, input_file, output_file, positive
+from agentrt.checks import flag, input_file, output_file, positive
 
 
 @dataclass(slots=True)
@@ -63,7 +63,7 @@ class BenchSpec:
         if self.replicas != 1 and self.options.retain_hints is not None:
             raise AgentrtError(f"{flag('retain_hints', cli)} is for one replica")
         if self.replicas != 1 or self.router is not None or self.transfer_gbps is not None:
-            from agentrt.cluster.bench import check_cluster_run
+            from agentrt.bench.cluster import check_cluster_run
             check_cluster_run(self.policies, self.replicas, self.router, cli, self.transfer_gbps)
         if self.json_path is not None:
             output_file(self.json_path, flag("json", cli), (".json",))
@@ -92,7 +92,7 @@ class BenchSpec:
         source, owned = self.open_source()
         try:
             if self.replicas > 1:
-                from agentrt.cluster.bench import run_cluster_bench
+                from agentrt.bench.cluster import run_cluster_bench
                 from agentrt.cluster.registry import DEFAULT_ROUTER
                 doc = run_cluster_bench(source, self.policies, self.options, self.replicas,
                                         self.router or DEFAULT_ROUTER, progress=progress,

@@ -24,7 +24,7 @@ def calibrate(
     import importlib.util
 
     from agentrt.engine.preset_file import describe, write_preset_file
-    from agentrt.options import output_file
+    from agentrt.checks import output_file
     if engine != "vllm":
         raise AgentrtError(f"--engine must be vllm (the only live engine agentrt runs), got {engine!r}")
     if importlib.util.find_spec("vllm") is None:

@@ -44,7 +44,7 @@ from agentrt.enginebench.front import ServeFront
 from agentrt.enginebench.render import Renderer
 from agentrt.enginebench.summary import connector_stats, summarize
 from agentrt.errors import AgentrtError, TraceError
-from agentrt.options import positive
+from agentrt.checks import positive
 from agentrt.policies.registry import BOUNDS, check_names, policy_class
 from agentrt.trace.schema import Call
 

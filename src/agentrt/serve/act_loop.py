@@ -1,5 +1,6 @@
 """The server's act loop: between user calls the policy may act, and a `WarmUp` becomes a real
-upstream request (mixed into `RuntimeBridge`, whose state it reads).
+upstream request. `RuntimeBridge` owns one (`bridge.acts`); it reads the bridge's runtime,
+metrics, cache estimate, scheduler, templates, salts, clock and guard, and owns the warm-up state.
 
 Model
 - `run` waits for a wake-up (no call waits for its first answer byte any more) or
@@ -41,8 +42,17 @@ Post = Callable[[str, dict], Awaitable[tuple[int | str, dict | None]]]
 
 
 class ActLoop:
-    """Mixed into `RuntimeBridge`: reads its runtime, metrics, cache estimate, scheduler, templates,
-    salts, clock and guard, and its in-flight / warming counters."""
+    """The bridge's act loop and sweep timer. Owns the warm-up state: `warming` (one in flight),
+    `sent` (warm-ups answered 200), `share` (`WarmupShare`) and `wake` (set when the last call
+    waiting for its first answer byte got it)."""
+
+    def __init__(self, bridge, interval_s: float = 0.25, warmup_share: float = 0.25) -> None:
+        self.bridge = bridge
+        self.interval_s = interval_s
+        self.share = WarmupShare(warmup_share)
+        self.warming = False
+        self.sent = 0
+        self.wake = asyncio.Event()
 
     def start(self, post: Post) -> asyncio.Future:
         return asyncio.ensure_future(asyncio.gather(self.run(post), self.sweep_loop()))
@@ -52,7 +62,7 @@ class ActLoop:
         timer, so an idle server cleans up too; the clock is read here and passed in."""
         while True:
             await asyncio.sleep(interval_s)
-            self._guard("sweep", self.runtime.sweep, self.clock())
+            self.bridge.guard("sweep", self.bridge.runtime.sweep, self.bridge.clock())
 
     @staticmethod
     async def stop(task: asyncio.Task) -> None:
@@ -64,70 +74,70 @@ class ActLoop:
 
     async def run(self, post: Post) -> None:
         """The act loop: runs until cancelled; does nothing for policies that never act."""
-        if not self.runtime.policy.acts:
+        if not self.bridge.runtime.policy.acts:
             return
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), self.act_interval_s)
+                await asyncio.wait_for(self.wake.wait(), self.interval_s)
             except asyncio.TimeoutError:
                 pass
-            self._wake.clear()
+            self.wake.clear()
             try:
                 await self.act_once(post)
             except Exception:        # a bug here must not stop the loop for good
-                self._report("act_loop")
+                self.bridge.report("act_loop")
 
     async def act_once(self, post: Post) -> int:
-        if self.starting or self.warming:
+        if self.bridge.starting or self.warming:
             return 0
-        view = ServerView(self.clock(), True, self.block_chars, self.cache)
-        actions = self._guard("act", self.runtime.act, view.now, view, default=[]) or []
+        view = ServerView(self.bridge.clock(), True, self.bridge.block_chars, self.bridge.cache)
+        actions = self.bridge.guard("act", self.bridge.runtime.act, view.now, view, default=[]) or []
         sent = 0
         for a in actions:
             if not isinstance(a, WarmUp):
-                self.metrics.actions_ignored.labels(self.policy_name, type(a).__name__).inc()
-            elif not self.starting:
+                self.bridge.metrics.actions_ignored.labels(self.bridge.policy_name, type(a).__name__).inc()
+            elif not self.bridge.starting:
                 sent += await self._warm(a, post)
         return sent
 
     async def _warm(self, a: WarmUp, post: Post) -> int:
-        t = self._templates.get((a.tenant, a.agent))
-        body = self._guard("warmup", warmup_body, t, list(a.hash_ids)) if t is not None else None
+        t = self.bridge.templates.get((a.tenant, a.agent))
+        body = self.bridge.guard("warmup", warmup_body, t, list(a.hash_ids)) if t is not None else None
         if body is None:
-            self.metrics.warmup(a.agent, "skipped", None, a.tenant)
+            self.bridge.metrics.warmup(a.agent, "skipped", None, a.tenant)
             return 0
-        if not self.share.allows(a.tenant, self.clock()):
-            self.metrics.warmup(a.agent, "share", None, a.tenant)
+        if not self.share.allows(a.tenant, self.bridge.clock()):
+            self.bridge.metrics.warmup(a.agent, "share", None, a.tenant)
             return 0
         # a workflow of its own that ends with it; `agentrt_warmup` tells the engine not to learn from it
         ident = Identity(a.agent, f"warmup:{a.agent}", a.tenant, end=True)
         wid = ident.key
-        body = forward_body(body, ident, a.agent, salt=self.salts(a.tenant), warmup=True)
-        if self.scheduler.active:
+        body = forward_body(body, ident, a.agent, salt=self.bridge.salts(a.tenant), warmup=True)
+        if self.bridge.scheduler.active:
             body["priority"] = WARMUP_PRIORITY
-        info = ev.CallInfo(next(self._rid), wid, a.agent, a.tenant, 0, list(a.hash_ids),
-                           len(a.hash_ids) * self.block_chars, 1, self.block_chars, warmup=True)
-        self._guard("observe", self.runtime.observe, ev.CallArrived(self.clock(), info))
+        info = ev.CallInfo(next(self.bridge.request_ids), wid, a.agent, a.tenant, 0, list(a.hash_ids),
+                           len(a.hash_ids) * self.bridge.block_chars, 1, self.bridge.block_chars, warmup=True)
+        self.bridge.guard("observe", self.bridge.runtime.observe, ev.CallArrived(self.bridge.clock(), info))
         self.warming = True
-        sent_at = self.clock()
+        sent_at = self.bridge.clock()
         try:
             status, resp = await post(t.path, body)
         except Exception as e:   # the upstream is down: count it, the next act tries again
             log.warning("warm-up for %s failed: %s", a.agent, e)
             status, resp = "unreachable", None
-            self.upstream_failed()
+            self.bridge.upstream_failed()
         finally:
             self.warming = False
-            self.share.add(a.tenant, self.clock() - sent_at, self.clock())
-        self._guard("observe", self.runtime.observe, ev.CallFinished(self.clock(), info, None))
+            self.share.add(a.tenant, self.bridge.clock() - sent_at, self.bridge.clock())
+        self.bridge.guard("observe", self.bridge.runtime.observe, ev.CallFinished(self.bridge.clock(), info, None))
         usage = resp.get("usage") if isinstance(resp, dict) else None
-        self.metrics.warmup(a.agent, "ok" if status == 200 else "error", usage, a.tenant)
+        self.bridge.metrics.warmup(a.agent, "ok" if status == 200 else "error", usage, a.tenant)
         prompt, cached = usage_tokens(usage)
         if status == 200:
-            self.warmups_sent += 1
-            self.cache.add_work((prompt or 0) - cached + 1)
-            self.cache.record(a.tenant, list(a.hash_ids))
-        self.recent.append({"workflow": wid, "agent": a.agent, "agent_source": "policy",
+            self.sent += 1
+            self.bridge.cache.add_work((prompt or 0) - cached + 1)
+            self.bridge.cache.record(a.tenant, list(a.hash_ids))
+        self.bridge.recent.append({"workflow": wid, "agent": a.agent, "agent_source": "policy",
                             "tenant": a.tenant, "workflow_source": "warmup", "end": False,
                             "endpoint": t.path, "status": status, "prompt_tokens": prompt,
                             "cached_tokens": cached, "warmup": True})

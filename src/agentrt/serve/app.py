@@ -179,7 +179,7 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
         timeout = httpx.Timeout(connect=cfg.connect_timeout_s, read=cfg.read_timeout_s, write=60.0, pool=None)
         client = state["client"] = httpx.AsyncClient(base_url=cfg.upstream, timeout=timeout)
         state["pool"] = UpstreamPool(cfg.upstream, cfg.connect_timeout_s, cfg.read_timeout_s)
-        tasks = [bridge.start(post_json)]
+        tasks = [bridge.acts.start(post_json)]
         if bridge.gate is not None:
             bridge.gate.attach(client)
         if cfg.kv_capacity_tokens is None:
@@ -191,7 +191,7 @@ def create_app(cfg: ServeConfig, clock: Callable[[], float] = time.monotonic):
             yield
         finally:
             for task in tasks:
-                await bridge.stop(task)
+                await bridge.acts.stop(task)
             if bridge.gate is not None:
                 await bridge.gate.stop()
             await state["pool"].aclose()

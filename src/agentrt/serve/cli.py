@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from agentrt.errors import AgentrtError
-from agentrt.options import parse_value
+from agentrt.checks import parse_value
 
 SERVE_DEPS = ("fastapi", "uvicorn", "httptools", "httpx", "prometheus_client")
 

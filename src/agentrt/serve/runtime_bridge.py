@@ -35,7 +35,6 @@ Model
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import time
@@ -48,7 +47,7 @@ from agentrt.runtime import events as ev
 from agentrt.runtime.runtime import AgentRuntime
 from agentrt.serve.blocks import PromptBlocks, chat_segments, completion_segments
 from agentrt.serve.blocks import prompt_blocks, template, tenant_seed
-from agentrt.serve.act_loop import ActLoop, WarmupShare
+from agentrt.serve.act_loop import ActLoop
 from agentrt.serve.identity import Identity
 from agentrt.serve.gate import AdmissionGate
 from agentrt.serve.live_view import PrefillRate
@@ -90,7 +89,7 @@ class Call:
         self.ticket = None                   # its place in the admission gate (None: not gated)
 
 
-class RuntimeBridge(ActLoop):
+class RuntimeBridge:
     def __init__(self, policy: str, options: dict | None = None, *, block_chars: int = 256,
                  max_anchor_blocks: int = 64, kv_capacity_tokens: int = 0,
                  act_interval_s: float = 0.25, clock: Callable[[], float] = time.monotonic,
@@ -121,38 +120,34 @@ class RuntimeBridge(ActLoop):
         if self.scheduler.active:
             self.gate = AdmissionGate(self.scheduler, self.cache,
                                       GateMetrics(self.metrics.registry, scheduler, self.metrics.tenant_label),
-                                      clock=clock, guard=self._guard, report=self._report,
+                                      clock=clock, guard=self.guard, report=self.report,
                                       block_chars=block_chars, prefill=PrefillRate(prefill_cost),
                                       fixed_capacity=kv_capacity_tokens > 0, **(gate_options or {}))
         self.block_chars = block_chars
         self.max_anchor_blocks = max_anchor_blocks
-        self.act_interval_s = act_interval_s
         self.clock = clock
         self.in_flight = 0
         self.starting = 0                # calls in flight that have no answer byte yet
-        self.warming = False
-        self.share = WarmupShare(warmup_share)
-        self.warmups_sent = 0
+        self.acts = ActLoop(self, act_interval_s, warmup_share)   # the act loop and the warm-up state
         self.retain_tool_calls = retain_tool_calls
         self.recent: deque = deque(maxlen=256)
         # (tenant, agent) -> its latest prompt's template, bounded by count and bytes (templates.py)
-        self._templates = TemplateStore(max_templates, template_bytes_per_tenant, template_bytes)
-        self._rid = itertools.count(1)
+        self.templates = TemplateStore(max_templates, template_bytes_per_tenant, template_bytes)
+        self.request_ids = itertools.count(1)
         self._calls = itertools.count(1)
         self._logged: set[str] = set()
-        self._wake = asyncio.Event()
         self.salts: Callable[[str], str | None] = lambda tenant: None     # tenant -> cache_salt
         self.capacity_stale = False      # re-read the engine's KV capacity (the upstream failed)
 
     # ------------------------------------------------------------------ guarded runtime calls
-    def _guard(self, where: str, fn, *args, default=None):
+    def guard(self, where: str, fn, *args, default=None):
         try:
             return fn(*args)
         except Exception:
-            self._report(where)
+            self.report(where)
             return default
 
-    def _report(self, where: str) -> None:
+    def report(self, where: str) -> None:
         """Count the exception being handled; log it the first time `where` fails."""
         self.metrics.runtime_errors.labels(self.policy_name, where).inc()
         self.runtime.errors += 1
@@ -174,24 +169,24 @@ class RuntimeBridge(ActLoop):
         self.starting += 1
         self.metrics.in_flight_now.set(self.in_flight)
         chat = endpoint.endswith("/chat/completions")
-        segs = self._guard("blocks", chat_segments if chat else completion_segments, body)
-        blocks = self._guard("blocks", prompt_blocks, body, segs, self.block_chars,
+        segs = self.guard("blocks", chat_segments if chat else completion_segments, body)
+        blocks = self.guard("blocks", prompt_blocks, body, segs, self.block_chars,
                              tenant_seed(ident.tenant)) if segs else None
         info = None
         agent = ident.agent
         if blocks is not None:
-            info = self._guard("arrive", self._info, body, ident, blocks)
+            info = self.guard("arrive", self._info, body, ident, blocks)
         if info is not None:
-            agent = self._guard("identity", self.runtime.resolve_agent, info) or agent
-            self._guard("observe", self.runtime.observe, ev.CallArrived(now, info))
-            self._guard("template", self._keep_template, endpoint, body, segs, blocks, ident.tenant, agent)
+            agent = self.guard("identity", self.runtime.resolve_agent, info) or agent
+            self.guard("observe", self.runtime.observe, ev.CallArrived(now, info))
+            self.guard("template", self._keep_template, endpoint, body, segs, blocks, ident.tenant, agent)
         call = Call(info, ident, agent or "unknown", endpoint, now, blocks)
         if self.retain_tool_calls and agent:
-            ident.retain_s = self._guard("retain", retain_for, self.runtime, body, ident, agent)
+            ident.retain_s = self.guard("retain", retain_for, self.runtime, body, ident, agent)
         if self.gate is not None:
             call.priority = 0        # a call the scheduler cannot rank still gets no client priority
             if info is not None:
-                call.sched_info = self._guard("scheduler", self.scheduler.arrive, info, now)
+                call.sched_info = self.guard("scheduler", self.scheduler.arrive, info, now)
             call.ticket = self.gate.enter(call.sched_info)
         return call
 
@@ -204,19 +199,19 @@ class RuntimeBridge(ActLoop):
         out = body.get("max_completion_tokens", body.get("max_tokens"))
         if isinstance(out, bool) or not isinstance(out, int) or not 1 <= out <= MAX_OUTPUT_TOKENS:
             out = 0
-        return ev.CallInfo(next(self._rid), ident.key, ident.agent, ident.tenant, index, blocks.hash_ids,
+        return ev.CallInfo(next(self.request_ids), ident.key, ident.agent, ident.tenant, index, blocks.hash_ids,
                            len(blocks.hash_ids) * self.block_chars,
                            out, self.block_chars,
                            agent_explicit=ident.agent is not None)
 
     def _keep_template(self, endpoint, body, segs, blocks, tenant: str, agent: str) -> None:
         key = (tenant, agent)
-        old = self._templates.get(key)
+        old = self.templates.get(key)
         n = min(self.max_anchor_blocks, len(blocks.hash_ids))
         if old is None or old.path != endpoint or old.blocks.hash_ids != blocks.hash_ids[:n]:
-            self._templates.set(key, template(endpoint, body, segs, blocks, self.max_anchor_blocks))
+            self.templates.set(key, template(endpoint, body, segs, blocks, self.max_anchor_blocks))
         else:
-            self._templates.touch(key)
+            self.templates.touch(key)
 
     def answering(self, call: Call, first_byte: bool = True) -> None:
         """The first byte of the call's answer came back: the engine is past its prefill
@@ -225,7 +220,7 @@ class RuntimeBridge(ActLoop):
             call.answering = True
             self.starting = max(0, self.starting - 1)
             if self.starting == 0:
-                self._wake.set()
+                self.acts.wake.set()
             if first_byte and call.ticket is not None:
                 self.gate.answering(call.ticket)
 
@@ -238,11 +233,11 @@ class RuntimeBridge(ActLoop):
         self.metrics.in_flight_now.set(self.in_flight)
         tool_call = tool_call and status == 200
         if call.info is not None:
-            self._guard("observe", self.runtime.observe, ev.CallFinished(now, call.info, None, tool_call))
+            self.guard("observe", self.runtime.observe, ev.CallFinished(now, call.info, None, tool_call))
         if call.ticket is not None:
-            self._guard("gate", self.gate.finish, call.ticket, status, usage, tool_call)
+            self.guard("gate", self.gate.finish, call.ticket, status, usage, tool_call)
         if status == 200:
-            self._guard("cache", self._computed, call.ident.tenant, call.blocks, usage)
+            self.guard("cache", self._computed, call.ident.tenant, call.blocks, usage)
         if call.ident.end:
             self.end_workflow(call.ident.key, call.ident.tenant,
                               "call" if call.ident.workflow_source == "call" else "client")
@@ -270,13 +265,13 @@ class RuntimeBridge(ActLoop):
         is the metric's, the runtime and policy see a plain end."""
         now = self.clock()
         self._end_reason = reason                 # read by `_ended` (the guard catches everything)
-        self._guard("observe", self.runtime.observe, ev.WorkflowEnded(now, workflow, tenant))
+        self.guard("observe", self.runtime.observe, ev.WorkflowEnded(now, workflow, tenant))
         self._end_reason = "client"
         self._sched_ended(workflow, tenant, now)
 
     def _sched_ended(self, workflow: str, tenant: str, now: float) -> None:
         if self.gate is not None:
-            self._guard("scheduler", self.scheduler.workflow_ended, workflow, tenant, now)
+            self.guard("scheduler", self.scheduler.workflow_ended, workflow, tenant, now)
             self.gate.kick()          # a held call may go now (its door opened)
 
     def _ended(self, wf, reason: str) -> None:
@@ -300,8 +295,8 @@ class RuntimeBridge(ActLoop):
         if self.gate is not None:
             sched["gate"] = self.gate.stats()
         return {"policy": self.policy_name, "scheduler": sched, "in_flight": self.in_flight,
-                "starting": self.starting, "warming": self.warming,
-                "warmups_sent": self.warmups_sent, "runtime_errors": rt.errors,
+                "starting": self.starting, "warming": self.acts.warming,
+                "warmups_sent": self.acts.sent, "runtime_errors": rt.errors,
                 "kv_capacity_tokens": self.cache.capacity_tokens, "engine_work_tokens": self.cache.work,
                 "totals": self.metrics.totals(), "workflows": wfs, "agents": agents,
                 "recent": list(self.recent)[-limit:]}

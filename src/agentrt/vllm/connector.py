@@ -34,11 +34,12 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
-    KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
 )
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+from agentrt.vllm.noop import LayerlessConnector
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -84,7 +85,7 @@ def _guarded(default):
     return deco
 
 
-class AgentRTConnector(KVConnectorBase_V1):
+class AgentRTConnector(LayerlessConnector):
     _cache_hit_source = CacheHitSource.HOST     # the only external hits are host-tier loads
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
@@ -277,12 +278,3 @@ class AgentRTConnector(KVConnectorBase_V1):
         if self._buffers is not None:
             out |= self._buffers.take_failed()
         return out
-
-    def wait_for_layer_load(self, layer_name: str) -> None:
-        return None
-
-    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs: Any) -> None:
-        return None
-
-    def wait_for_save(self) -> None:
-        return None

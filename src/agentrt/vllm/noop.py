@@ -21,7 +21,21 @@ NOOP_CONFIG = {"kv_connector": "NoopConnector", "kv_connector_module_path": "age
                "kv_role": "kv_producer"}
 
 
-class NoopConnector(KVConnectorBase_V1):
+class LayerlessConnector(KVConnectorBase_V1):
+    """A connector that moves no KV layer by layer: the worker's per-layer hooks return at once.
+    `AgentRTConnector` (which loads whole blocks at the step's start) and `NoopConnector` share it."""
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return None
+
+    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs: Any) -> None:
+        return None
+
+    def wait_for_save(self) -> None:
+        return None
+
+
+class NoopConnector(LayerlessConnector):
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int, bool]:
         return 0, False
 
@@ -32,13 +46,4 @@ class NoopConnector(KVConnectorBase_V1):
         return KVConnectorMetadata()
 
     def start_load_kv(self, forward_context, **kwargs: Any) -> None:
-        return None
-
-    def wait_for_layer_load(self, layer_name: str) -> None:
-        return None
-
-    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs: Any) -> None:
-        return None
-
-    def wait_for_save(self) -> None:
         return None

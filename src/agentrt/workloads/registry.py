@@ -50,7 +50,7 @@ def workload_summaries() -> dict[str, str]:
 
 def workload_option_names(name: str) -> list[str]:
     """The options generator `name` takes (its constructor's keywords), in signature order."""
-    from agentrt.options import class_parameters
+    from agentrt.registry import class_parameters
     _ensure_builtin()
     if name not in _WORKLOADS:
         raise unknown_name("workload", name, list(_WORKLOADS))

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentrt.errors import AgentrtError
-from agentrt.options import input_file, output_file
+from agentrt.checks import input_file, output_file
 
 
 def _console() -> Console:

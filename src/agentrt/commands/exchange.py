@@ -1,6 +1,6 @@
 """Trace exchange commands of the `agentrt` CLI: `import dynamo`, `import tracelab`, `export mooncake`.
 
-`workloads.cli` registers them (the imports beside `import ag2`). Every value and path is checked
+`commands.workloads` registers them (the imports beside `import ag2`). Every value and path is checked
 before anything is read; a bad input line stops the import with file, line and field
 (`TraceError`), and `-o` is written only when complete. The defaults (block size, concurrency,
 seed, the replay's preset) are agentrt.defaults, as `generate`, `import ag2` and `bench` use.
@@ -15,8 +15,8 @@ import typer
 
 from agentrt import defaults
 from agentrt.errors import AgentrtError
-from agentrt.options import input_file, output_file, positive
-from agentrt.workloads.cli import _arrivals, _block_size, _trace_name
+from agentrt.checks import input_file, output_file, positive
+from agentrt.commands.workloads import _arrivals, _block_size, _trace_name
 
 
 def _import_paths(src: Path, out: Path, what: str) -> None:

@@ -1,5 +1,5 @@
 """Workload commands of the `agentrt` CLI: workloads, tools, generate, stats, import ag2 (and,
-from `exchange_cli`, import dynamo, import tracelab, export mooncake).
+from `commands.exchange`, import dynamo, import tracelab, export mooncake).
 
 `agentrt.cli` loads this module and calls `register_commands(app)`. User errors raise
 `AgentrtError`, which the main CLI prints in one line before exiting with status 2; every value
@@ -18,7 +18,7 @@ import typer
 
 from agentrt import defaults
 from agentrt.errors import AgentrtError
-from agentrt.options import input_file, output_file, positive
+from agentrt.checks import input_file, output_file, positive
 from agentrt.trace.limits import MAX_CONCURRENCY, MAX_TOKENS
 
 
@@ -47,7 +47,7 @@ def _block_size(block_size: int) -> None:
 
 def _generator_options(items: list[str]) -> dict:
     """`--set OPTION=VALUE` items of `generate` -> the generator's keyword options."""
-    from agentrt.options import parse_value
+    from agentrt.checks import parse_value
     out: dict = {}
     for item in items:
         key, eq, val = item.partition("=")
@@ -203,6 +203,6 @@ def register_commands(app: typer.Typer) -> None:
     imp = typer.Typer(help="Import multi-agent logs and foreign traces as workflow traces.",
                       no_args_is_help=True)
     imp.command("ag2")(import_ag2_cmd)
-    from agentrt.workloads.exchange_cli import register
+    from agentrt.commands.exchange import register
     register(imp, app)
     app.add_typer(imp, name="import")
