@@ -86,7 +86,7 @@ def test_bound_keeps_the_placement_and_beats_the_policies_on_it(gaia, router):
     assert lru_pinned.total.gpu_hit_tokens == ref.total.gpu_hit_tokens   # pinning changes nothing
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_pooled_bound_is_above_every_router_and_policy_on_its_own_stream(gaia, n):
     """MIN over a run's block stream with the replicas' memory pooled bounds that run's hits,
     whatever the router and the eviction policy (the union of the caches is a cache of the pool),

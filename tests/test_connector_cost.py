@@ -2,15 +2,12 @@
 
 Unit tests of the summaries and the variants, and the short CI version of
 `benchmarks/connector_cost.py`: vLLM's own benchmark client replays the start of Mooncake's
-conversation trace at a loaded rate against stock vLLM and against AgentRTConnector with `lru`.
-This is a guard against the regression issue 37 found, not the 3%/5% measurement (that is the
-benchmark's, over more and longer runs): before the connector kept stock vLLM's CPU binding it
-lost 20-26% of throughput and 1.5x TTFT here, while on a shared 2-core machine two consecutive
-runs of stock alone differ by up to 20% (measured: 3.03 and 2.57 req/s), and under a queue a few
-percent of throughput become ten or more of TTFT. So the connector is compared with stock round
-by round (which cancels the machine's drift), throughput within `THROUGHPUT_MARGIN` and the
-latencies within `LATENCY_MARGIN`, and agentrt's own time in vLLM's step (its hooks, timed by
-the connector) must stay under `HOOK_SHARE` of the run.
+conversation trace at a loaded rate against AgentRTConnector with `lru`.
+The comparison with stock (the 3%/5% measurement) is the benchmark's, over rotated rounds: on a
+shared 2-core machine two consecutive runs of stock alone differ by up to 20% (measured: 3.03 and
+2.57 req/s), so no pair of runs a test can afford tells a few percent apart. What a test can check
+is agentrt's own time in vLLM's step (its hooks, timed by the connector), under `HOOK_SHARE` of a
+loaded run, and that the connector keeps stock's CPU binding (test_vllm_plugin.py).
 """
 
 from __future__ import annotations
@@ -18,15 +15,13 @@ from __future__ import annotations
 import pytest
 
 from agentrt.enginebench.connector_cost import (
-    Load, Variant, loss, paired_versus_stock, round_order, run_once, stock_reservation, summarize, variant,
+    Load, loss, paired_versus_stock, round_order, run_once, stock_reservation, summarize, variant,
     versus_stock,
 )
 from agentrt.enginebench.vllm_client import TimedTrace, summary
 from conftest import MOONCAKE_CONV, needs_shared
 from vllm_support import requires_vllm
 
-THROUGHPUT_MARGIN = 0.10
-LATENCY_MARGIN = 0.25
 HOOK_SHARE = 0.02
 
 
@@ -96,21 +91,16 @@ def test_variants_by_name():
 @requires_vllm
 @needs_shared
 @pytest.mark.slow
-def test_connector_with_lru_costs_about_nothing_against_stock(tiny_model, tmp_path):
-    """Stock vLLM and the connector with `lru` on the same loaded replay, with vLLM's client; the
-    pair is run twice (stock, lru, stock, lru) and the medians compared."""
-    trace = TimedTrace(str(MOONCAKE_CONV), num_prompts=80, sec_multiplier=0.0005, chunk=16)
-    load = Load("loaded", 0.0005, 200, 80)
-    runs: dict[str, list] = {"stock": [], "lru": []}
-    for i in range(2):
-        for v in (Variant("stock"), variant("lru")):
-            runs[v.name].append(run_once(v, load, trace, tiny_model, tmp_path, i))
-    for rs in runs.values():
-        # vLLM 0.32's client now and then fails to parse a streamed chunk of a request the server
-        # answered (`vllm_client.py`): a couple of those are the client's, not the engine's
-        assert all(r["completed"] + r["failed"] == 80 and r["failed"] <= 2 for r in rs), rs
-    assert all(r["connector"]["steps"] > 0 and r["connector"]["hook_s"] > 0 for r in runs["lru"])
-    vs = paired_versus_stock(runs)["lru"]
-    assert 1 - vs["request_throughput"] <= THROUGHPUT_MARGIN, (vs, runs)
-    assert vs["mean_ttft_s"] - 1 <= LATENCY_MARGIN and vs["mean_tpot_ms"] - 1 <= LATENCY_MARGIN, (vs, runs)
-    assert summarize(runs["lru"])["median"]["hook_share_of_run"] <= HOOK_SHARE, runs["lru"]
+def test_the_connectors_own_time_is_a_sliver_of_a_loaded_run(tiny_model, tmp_path):
+    """The connector with `lru` on a loaded replay, with vLLM's client: every request answered and
+    agentrt's hooks under `HOOK_SHARE` of the run. The comparison with stock vLLM is the benchmark's
+    (`benchmarks/connector_cost.py`, rounds rotated): one pair of runs here would be within the
+    machine's drift, and the cause issue 37 found (the connector losing stock's CPU binding) is
+    checked directly by `test_vllm_plugin.py::test_cpu_binding_as_stock_with_the_agentrt_connector_only`."""
+    trace = TimedTrace(str(MOONCAKE_CONV), num_prompts=60, sec_multiplier=0.0005, chunk=16)
+    r = run_once(variant("lru"), Load("loaded", 0.0005, 200, 60), trace, tiny_model, tmp_path, 0)
+    # vLLM 0.32's client now and then fails to parse a streamed chunk of a request the server
+    # answered (`vllm_client.py`): a couple of those are the client's, not the engine's
+    assert r["completed"] + r["failed"] == 60 and r["failed"] <= 2, r
+    assert r["connector"]["steps"] > 0 and r["connector"]["hook_s"] > 0, r
+    assert summarize([r])["median"]["hook_share_of_run"] <= HOOK_SHARE, r

@@ -97,9 +97,10 @@ def test_no_follow_ups_leave_the_order_to_recency():
     assert {th.density("t", 10 * i, 400.0) for i in range(0, 300, 7)} == {None}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SYNTHETIC.exists(), reason=f"{SYNTHETIC} not found (../shared/traces is absent)")
 def test_on_mooncake_synthetic_trace_turns_stay_within_half_a_point_of_lru_and_default_ties_it():
-    for scale in (3.0, 8.0):
+    for scale in (8.0,):        # the trace's gaps shrunk 8x: the most eviction pressure
         with pytest.warns(Warning):     # the trace names no agents
             r = api.simulate(str(SYNTHETIC), ["lru", "pbkv-ta"], time_scale=scale)
             on = api.simulate(str(SYNTHETIC), ["pbkv-ta"], time_scale=scale,
