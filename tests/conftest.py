@@ -10,7 +10,7 @@ import pytest
 
 # Session fixtures for real vLLM servers, registered here so that every test module shares them
 # (a fixture imported into two modules would start its servers twice).
-from vllm_support import tiny_model, vllm_log_dir, vllm_servers  # noqa: E402,F401
+from vllm_support import requires_vllm, tiny_model, vllm_log_dir, vllm_servers  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,6 +28,15 @@ AG2_DIR = SHARED / "traces" / "ag2-captainagent"
 needs_shared = pytest.mark.skipif(
     not MOONCAKE_CONV.exists(),
     reason=f"real traces not found at {SHARED} (../shared is absent; set AGENTRT_SHARED to its path)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`pytest -n 2 --dist loadgroup`, the README's CI line), every test that
+    runs a real vLLM goes to one worker: the session's servers are started once there, and two
+    engines never compete for the two cores while the other worker runs the simulator's tests."""
+    for item in items:
+        if "tiny_model" in item.fixturenames or requires_vllm.mark in item.iter_markers("skipif"):
+            item.add_marker(pytest.mark.xdist_group("vllm"))
 
 
 def write_lines(path: Path, objs: list) -> Path:

@@ -51,6 +51,7 @@ def test_time_scale_in_a_closed_loop_is_a_warning():
                                      "--gpu-blocks", "300", "--policies", "lru").stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [["--train-fraction", "0"], ["--workflows", "3"]])
 def test_offline_learners_with_nothing_held_back_are_named(tmp_path, extra):
     args = ["--workload", "mtbench", "--workflows", "8", "--concurrency", "4", "--gpu-blocks", "300",
@@ -67,6 +68,7 @@ def test_offline_learners_with_nothing_held_back_are_named(tmp_path, extra):
     jsonschema.Draft202012Validator(SCHEMA).validate(doc)
 
 
+@pytest.mark.slow
 def test_training_on_the_scored_trace_is_a_warning(tmp_path):
     trace = tmp_path / "t.jsonl"
     subprocess.run([sys.executable, "-m", "agentrt.cli", "generate", "mtbench", "--workflows", "8",
@@ -75,6 +77,7 @@ def test_training_on_the_scored_trace_is_a_warning(tmp_path):
     assert "is the trace being scored" in p.stderr
 
 
+@pytest.mark.slow
 def test_a_predictor_that_knows_none_of_the_agents_is_a_warning(tmp_path):
     def gen(name):
         out = tmp_path / f"{name}.jsonl"

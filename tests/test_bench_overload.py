@@ -138,6 +138,7 @@ def test_cluster_runs_are_checked_per_replica_count(tmp_path):
     assert many["results"]["lru"]["arrival_span_s"] == pytest.approx(one["results"]["lru"]["arrival_span_s"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MOONCAKE.exists(), reason=f"{MOONCAKE} not found (../shared/traces is absent)")
 def test_mooncake_conversation_trace_overloaded_at_its_rate_in_bursts_at_a_third_not_at_an_eighth(tmp_path):
     _, d = bench("--trace", str(MOONCAKE), "--policies", "lru", "--quiet", "--json", str(tmp_path / "m.json"))

@@ -59,6 +59,7 @@ def test_runs_are_paired_with_the_same_memory(monkeypatch):
         mod.paired([r], [p])
 
 
+@pytest.mark.slow
 def test_one_application_runs_both_variants(monkeypatch, tmp_path):
     mod = load_script(monkeypatch, "cache_at")
     hold = load_script(monkeypatch, "prefix_hold")

@@ -48,6 +48,7 @@ def test_pinned_router_follows_the_placement_and_names_a_missing_call():
         r.route(req, [], 0.0)
 
 
+@pytest.mark.slow
 def test_one_replica_equals_the_single_replica_oracle(gaia):
     """With one replica the cluster bound is the bench's `oracle`, figure for figure."""
     bs = gaia.header.block_size
@@ -64,6 +65,7 @@ def test_one_replica_equals_the_single_replica_oracle(gaia):
     assert bound.total.calls == single.metrics.calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("router", ["prefix", "agent"])
 def test_bound_keeps_the_placement_and_beats_the_policies_on_it(gaia, router):
     bs = gaia.header.block_size

@@ -96,6 +96,7 @@ def test_router_options_reach_the_router_and_the_document(tmp_path, monkeypatch)
     assert doc["config"]["router_options"] == {"one_call_prefix": False, "copy_cost": 3}
 
 
+@pytest.mark.slow
 def test_default_policies_on_replicas_keep_the_cluster_oracle_and_the_pooled_bounds(tmp_path):
     out = tmp_path / "d.json"
     p = agentrt("bench", "--replicas", "2", "--workflows", "12", "--concurrency", "4", "--quiet",

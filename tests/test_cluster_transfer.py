@@ -163,6 +163,7 @@ def test_run_cluster_and_simulate_take_the_link():
         simulate("team", ["lru", "oracle"], workflows=8, replicas=2, transfer_gbps=25.0)
 
 
+@pytest.mark.slow
 def test_bench_transfer_flag_end_to_end(tmp_path):
     out = tmp_path / "t.json"
     p = agentrt("bench", "--workload", "team", "--workflows", "16", "--concurrency", "8",

@@ -3,6 +3,8 @@ table counts what it says it counts."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench_scripts import load_script
 
 
@@ -29,6 +31,7 @@ def test_table_and_summary_count_what_they_say(monkeypatch):
     assert "pbkv-ta reaches 0.75-0.95 of it (median 0.91)." in text
 
 
+@pytest.mark.slow
 def test_a_random_application_runs_through_the_regime_path(monkeypatch, tmp_path):
     mod = load_script(monkeypatch, "generalise")
     r = mod.run("random", 1.0, 4, 0.5, 12, tmp_path, seed=3)

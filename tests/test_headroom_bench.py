@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench_scripts import load_script
 
 
@@ -25,6 +27,7 @@ def test_picks_the_largest_gain_and_counts_workloads_at_2x(monkeypatch):
     assert "| a | - | 20 / 30 / 35 |" in scan        # x1 f0.25 not run: a dash, not a number
 
 
+@pytest.mark.slow
 def test_one_point_runs_with_three_policies(monkeypatch, tmp_path):
     mod = load_script(monkeypatch, "headroom")
     r = mod.run("hover", 1.0, 4, 0.5, 8, tmp_path, policies=mod.POLICIES)

@@ -3,6 +3,8 @@ what it says it counts."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench_scripts import load_script
 
 
@@ -36,6 +38,7 @@ def test_table_and_summary(monkeypatch):
            "LRU (0 runs), 0.95x in 0." in text
 
 
+@pytest.mark.slow
 def test_one_application_runs_every_variant(monkeypatch, tmp_path):
     mod = load_script(monkeypatch, "prefix_hold")
     monkeypatch.setattr(mod, "WORKFLOWS", 10)

@@ -138,6 +138,7 @@ def test_a_stream_cut_by_the_upstream_ends_with_an_error_event(srv):
     assert srv.app.state.bridge.recent[-1]["status"] == "broken"
 
 
+@pytest.mark.slow
 def test_read_timeouts_give_504_or_an_error_event(srv):
     r = httpx.post(srv.url + "/v1/chat/completions", json=CHAT, timeout=10,
                    headers={"X-Fake": "hang", "X-Hang": "3"})

@@ -105,6 +105,7 @@ def test_tool_hints_option_is_checked_and_recorded(monkeypatch, capsys, no_work,
         simulate("gaia", "lru", tool_hints=-2.0, workflows=4)
 
 
+@pytest.mark.slow
 def test_bench_records_the_setting(tmp_path):
     out = tmp_path / "r.json"
     subprocess.run([sys.executable, "-m", "agentrt.cli", "bench", "--workload", "gaia", "--workflows", "8",

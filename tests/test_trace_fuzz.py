@@ -75,6 +75,7 @@ def fuzz_settings(n: int) -> settings:
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.slow
 @fuzz_settings(1000)
 @given(seed=st.integers(0, 2 ** 32 - 1))
 def test_reader_and_stats_never_traceback_or_hang(seed, tmp_path_factory):
@@ -96,6 +97,7 @@ def test_reader_and_stats_never_traceback_or_hang(seed, tmp_path_factory):
             assert "Traceback" not in res.output
 
 
+@pytest.mark.slow
 @fuzz_settings(300)
 @given(seed=st.integers(0, 2 ** 32 - 1))
 def test_bench_never_tracebacks_or_hangs(seed, tmp_path_factory):
