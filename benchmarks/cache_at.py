@@ -1,7 +1,7 @@
 """When a computed prompt block becomes a hit: after its prefill (SGLang) or when scheduled (vLLM V1).
 
-    python benchmarks/cache_at.py               # 24 applications x 2 capacities, 2 runs each
-    python benchmarks/cache_at.py --docs-only   # re-render the table from the JSON
+    python -m benchmarks.cache_at               # 24 applications x 2 capacities, 2 runs each
+    python -m benchmarks.cache_at --docs-only   # re-render the table from the JSON
 
 The simulator shares a computed prompt block with other calls after the prefill that computes it
 (the default, as SGLang's radix cache); vLLM V1 shares it as soon as it is scheduled, and looks a
@@ -21,12 +21,11 @@ import argparse
 import json
 import statistics
 
-from generalise import LOAD, WORKFLOWS
-from prefix_hold import OUT as PREFILL_RUNS
-from prefix_hold import fig, sweep
-from results import DOCS, check_counts, sweep_flags, write
-
 from agentrt.workloads.randomapp import draw_app
+from benchmarks.generalise import LOAD, WORKFLOWS
+from benchmarks.prefix_hold import OUT as PREFILL_RUNS
+from benchmarks.prefix_hold import fig, sweep
+from benchmarks.results import DOCS, check_counts, sweep_flags, write
 
 OUT = DOCS / "results" / "cache_at.json"
 VARIANTS = {"fcfs": (("--cache-at", "schedule"), ["lru", "pbkv-ta", "oracle", "infinite"]),
@@ -41,7 +40,7 @@ def paired(rows: list[dict], prefill: list[dict]) -> list[tuple[dict, dict]]:
         p = by.get((r["seed"], r["capacity_factor"]))
         if p is None or p["gpu_blocks"] != r["gpu_blocks"]:
             raise SystemExit(f"{PREFILL_RUNS} has no run of application {r['seed']} at f = "
-                             f"{r['capacity_factor']:g} with {r['gpu_blocks']} blocks: re-run benchmarks/prefix_hold.py")
+                             f"{r['capacity_factor']:g} with {r['gpu_blocks']} blocks: re-run python -m benchmarks.prefix_hold")
         out.append((r, p))
     return out
 
@@ -101,7 +100,7 @@ def summary(pairs: list[tuple[dict, dict]]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.cache_at", description=__doc__.splitlines()[0])
     sweep_flags(ap, json_name="docs/results/cache_at.json", apps=True)
     a = ap.parse_args()
     check_counts(ap, a)
@@ -113,7 +112,7 @@ def main() -> None:
         f"oracle {100 * fig(r, 'agent', 'oracle'):.1f}"))
     pairs = paired(rows, prefill)
     if not a.no_docs:
-        write("cache-at", "Built by `python benchmarks/cache_at.py` (docs/results/cache_at.json has every "
+        write("cache-at", "Built by `python -m benchmarks.cache_at` (docs/results/cache_at.json has every "
                           "run's command; the after-the-prefill columns are docs/results/prefix_hold.json's); "
                           f"each row's trace is `agentrt generate random --workflows {WORKFLOWS} --seed SEED "
                           f"--concurrency {LOAD}`. Token hit rates in %.\n\n" + table(pairs))

@@ -2,9 +2,9 @@
 the runtime's LRU safety net, over block sizes and memory; and two drawn applications with long
 contexts.
 
-    python benchmarks/coding_long.py               # the sweep and the drawn applications
-    python benchmarks/coding_long.py --why         # and the per-call-kind / decision tables
-    python benchmarks/coding_long.py --docs-only   # re-render docs from docs/results/coding_long.json
+    python -m benchmarks.coding_long               # the sweep and the drawn applications
+    python -m benchmarks.coding_long --why         # and the per-call-kind / decision tables
+    python -m benchmarks.coding_long --docs-only   # re-render docs from docs/results/coding_long.json
 
 The coding configuration is the long end of `agentrt generate coding` (its options: a 14k-token
 system prompt, compaction when a session passes 120k tokens, requests needing three times the
@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from results import DOCS, sweep_flags, write
+from benchmarks.results import DOCS, sweep_flags, write
 
 AGENTRT = ["cachesage", "kvflow", "ttl", "pbkv-lae", "pbkv-he", "pbkv-ta"]
 CODING = ["--workflows", "48", "--concurrency", "12", "--seed", "0", "--set", "system_tokens=14000",
@@ -94,7 +94,7 @@ def run_all(tmp: Path, why: bool) -> dict:
             print(line(rows[-1]), flush=True)
     doc = {"rows": rows}
     if why:
-        from lru_regret import analyse
+        from benchmarks.lru_regret import analyse
         doc["why"] = []
         for bs, f in WHY:
             row = next((r for r in rows if r["block_size"] == bs and r["f"] == f
@@ -155,17 +155,17 @@ def tables(doc: dict) -> str:
 
 
 def why_tables(doc: dict) -> str:
-    from lru_regret import render
+    from benchmarks.lru_regret import render
     out = []
     for w in doc.get("why", []):
-        out.append(f"\n`python benchmarks/lru_regret.py --trace {w['label']}.jsonl --gpu-blocks {w['gpu_blocks']} "
+        out.append(f"\n`python -m benchmarks.lru_regret --trace {w['label']}.jsonl --gpu-blocks {w['gpu_blocks']} "
                    f"--policies {','.join(w['policies'])}` (f = {w['f']:.2f}, {w['block_size']}-token blocks):\n\n"
                    + render(w["result"], w["policies"]))
     return "\n".join(out)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.coding_long", description=__doc__.splitlines()[0])
     ap.add_argument("--why", action="store_true", help="also the per-call-kind and decision tables")
     sweep_flags(ap, json_name=str(OUT.relative_to(DOCS.parent)), jobs=False)
     a = ap.parse_args()
@@ -179,7 +179,7 @@ def main() -> None:
         return
     rows = doc["rows"]
     gens = sorted({r["generate"] for r in rows})
-    write("coding-long", "Built by `python benchmarks/coding_long.py" + (" --why" if doc.get("why") else "")
+    write("coding-long", "Built by `python -m benchmarks.coding_long" + (" --why" if doc.get("why") else "")
           + "` (docs/results/coding_long.json has every command). Traces:\n\n"
           + "\n".join(f"    {g}" for g in gens) + "\n\nand each point's run `agentrt bench --trace TRACE "
           f"--gpu-blocks B --policies lru,{','.join(AGENTRT)},oracle`, then the agentrt policies again "

@@ -1,12 +1,12 @@
 """What the agentrt connector costs a live vLLM, end to end, with vLLM's own benchmark client.
 
-    python benchmarks/connector_cost.py                       # Mooncake's conversation trace (about 75 min)
-    python benchmarks/connector_cost.py --runs 1 --loads loaded --variants stock,lru
-    python benchmarks/connector_cost.py --loads unloaded --variants stock,lru --merge   # add a load
-    python benchmarks/connector_cost.py --trace out/coding.mooncake.jsonl --label coding
-    python benchmarks/connector_cost.py --docs-only           # re-render docs/vllm.md from the JSON
-    python benchmarks/connector_cost.py --check 0.03 ...      # exit 1 if lru loses more than 3%
-    python benchmarks/connector_cost.py --profile 60 ...      # plus a py-spy run of the engine core
+    python -m benchmarks.connector_cost                       # Mooncake's conversation trace (about 75 min)
+    python -m benchmarks.connector_cost --runs 1 --loads loaded --variants stock,lru
+    python -m benchmarks.connector_cost --loads unloaded --variants stock,lru --merge   # add a load
+    python -m benchmarks.connector_cost --trace out/coding.mooncake.jsonl --label coding
+    python -m benchmarks.connector_cost --docs-only           # re-render docs/vllm.md from the JSON
+    python -m benchmarks.connector_cost --check 0.03 ...      # exit 1 if lru loses more than 3%
+    python -m benchmarks.connector_cost --profile 60 ...      # plus a py-spy run of the engine core
 
 The first lines of a Mooncake-format trace (default: ../shared/traces/mooncake/
 conversation_trace.jsonl, `AGENTRT_SHARED` overrides ../shared; `agentrt export mooncake` writes
@@ -96,7 +96,7 @@ def check(doc: dict, margin: float, names: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.connector_cost", description=__doc__.split("\n")[0])
     ap.add_argument("--trace", default=str(DEFAULT_TRACE))
     ap.add_argument("--label", default=None, help="suffix of the JSON file (another trace)")
     ap.add_argument("--requests", type=int, default=None, help="requests per load (default: 200 loaded, 120 unloaded)")
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     res = measure(variants, loads, a.trace, a.runs, str(model), log_dir, a.chunk,
                   profile_s=a.profile)
     info = model_info(model)
-    cmd = "python benchmarks/connector_cost.py" + (f" --trace {Path(a.trace).name}" if a.label else "")
+    cmd = "python -m benchmarks.connector_cost" + (f" --trace {Path(a.trace).name}" if a.label else "")
     doc = {"settings": {"command": cmd, "trace": Path(a.trace).name,
                         "chunk": a.chunk, "runs": a.runs, "vllm": vllm_version(),
                         "model": f"{info['size']} model ({info['params']:,} parameters)",

@@ -4,7 +4,7 @@ Every POST gets a small chat completion carrying `usage` (so serve's runtime see
 after `X-Delay-Ms` milliseconds; with `X-Stream-S` it streams one SSE event every 0.1 s for that
 many seconds instead; a GET is a 404. It parses only what it needs (request line, the three
 headers, the body's length) so that it costs next to nothing beside the server measured.
-`python benchmarks/proxy.py --fake-upstream PORT` runs it in its own process.
+`python -m benchmarks.proxy --fake-upstream PORT` runs it in its own process.
 """
 
 from __future__ import annotations

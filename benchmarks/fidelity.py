@@ -1,8 +1,8 @@
 """The calibrated simulator against the live engine, on the same calls, per policy.
 
-    python benchmarks/fidelity.py --workload team --seed 0 --runs 3 --json docs/results/engine/fidelity-team.json
-    python benchmarks/fidelity.py --trace out/ag2.jsonl --runs 3 --json docs/results/engine/fidelity-ag2.json
-    python benchmarks/fidelity.py --docs-only          # re-render docs/notes/results-details.md from the stored JSONs
+    python -m benchmarks.fidelity --workload team --seed 0 --runs 3 --json docs/results/engine/fidelity-team.json
+    python -m benchmarks.fidelity --trace out/ag2.jsonl --runs 3 --json docs/results/engine/fidelity-ag2.json
+    python -m benchmarks.fidelity --docs-only          # re-render docs/notes/results-details.md from the stored JSONs
 
 Calibrates the local vLLM first (`agentrt calibrate`, about 5 minutes) unless `--preset-file` is
 given, then runs `agentrt bench --engine vllm` `--runs` times (live answers on; stock vLLM
@@ -87,7 +87,7 @@ def run(a) -> dict:
                        "scheduler": a.scheduler, "vllm_blocks": a.vllm_blocks, "scale": a.scale,
                        "think_scale": a.think_scale, "concurrency": conc, "calls": live[0]["calls"],
                        "preset": json.loads(preset.read_text()),
-                       "command": "python benchmarks/fidelity.py " + " ".join(sys.argv[1:]),
+                       "command": "python -m benchmarks.fidelity " + " ".join(sys.argv[1:]),
                        "seconds": round(time.time() - t0)}
     return doc
 
@@ -125,7 +125,7 @@ def write_docs() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__.split("\n")[0])
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--trace")
     src.add_argument("--workload", default="team")

@@ -1,6 +1,6 @@
 """Fuzz the trace reader through the `agentrt` command line: N malformed traces, zero tracebacks.
 
-Each case is a valid seed trace mutated by tests/trace_mutations.py (byte flips, truncation,
+Each case is a valid seed trace mutated by benchmarks/trace_mutations.py (byte flips, truncation,
 gzip corruption, deep nesting, huge numbers, surrogates, wrong types, missing fields, unchained
 hash ids, id collisions, unsorted starts). Every case runs `agentrt stats FILE` and
 `agentrt bench --trace FILE --policies lru` in-process (typer's CliRunner, the same app the
@@ -11,7 +11,7 @@ hash ids, id collisions, unsorted starts). Every case runs `agentrt stats FILE` 
 - clean error: an `AgentrtError` (a bad trace: `TraceError`, whose message starts `FILE:LINE: `);
 - accepted: both commands exit 0 (warnings such as unsorted starts are counted apart).
 
-    python benchmarks/fuzz_traces.py [-n 1000] [--seed 0] [--timeout 20] [--no-bench]
+    python -m benchmarks.fuzz_traces [-n 1000] [--seed 0] [--timeout 20] [--no-bench]
 
 Exits non-zero when any traceback or hang is found, printing each one's seed and mutations.
 """
@@ -28,11 +28,8 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from trace_mutations import make_case  # noqa: E402
-
-from agentrt.errors import AgentrtError, TraceError, TraceWarning  # noqa: E402
+from agentrt.errors import AgentrtError, TraceError, TraceWarning
+from benchmarks.trace_mutations import make_case
 
 
 class Hang(Exception):
@@ -72,7 +69,7 @@ def run_cli(runner, app, args: list[str], limit_s: float):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.fuzz_traces", description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=1000, help="fuzzed traces")
     ap.add_argument("--seed", type=int, default=0, help="first case's seed (case i uses seed + i)")
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds per command before it counts as a hang")

@@ -1,9 +1,9 @@
 """Applications no policy was written for: every policy against LRU and the oracle on random ones.
 
-    python benchmarks/generalise.py                   # 24 applications x 2 capacities (~15 min, 2 cores)
-    python benchmarks/generalise.py --apps 6 --jobs 1 # a quick subset
-    python benchmarks/generalise.py --docs-only       # re-render the table from the JSON
-    python benchmarks/generalise.py --jobs 1 --rerun cachesage,kvflow,pbkv-lae,pbkv-he,pbkv-ta
+    python -m benchmarks.generalise                   # 24 applications x 2 capacities (~15 min, 2 cores)
+    python -m benchmarks.generalise --apps 6 --jobs 1 # a quick subset
+    python -m benchmarks.generalise --docs-only       # re-render the table from the JSON
+    python -m benchmarks.generalise --jobs 1 --rerun cachesage,kvflow,pbkv-lae,pbkv-he,pbkv-ta
         # only these policies, the other figures kept from docs/results/generalise.json
 
 Each application is `agentrt generate random --seed S` (S = 1..apps): the seed draws the agents,
@@ -28,10 +28,9 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from regimes import AGENTRT, POLICIES, below_held, held_rate, run, verdict
-from results import DOCS, check_counts, merge_rerun, rerun_flag, sweep_flags, write
-
 from agentrt.workloads.randomapp import draw_app
+from benchmarks.regimes import AGENTRT, POLICIES, below_held, held_rate, run, verdict
+from benchmarks.results import DOCS, check_counts, merge_rerun, rerun_flag, sweep_flags, write
 
 CAPACITY = [0.5, 1.0]
 LOAD = 8
@@ -83,7 +82,7 @@ def summary(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.generalise", description=__doc__.splitlines()[0])
     sweep_flags(ap, json_name="docs/results/generalise.json", apps=True)
     rerun_flag(ap)
     a = ap.parse_args()
@@ -116,7 +115,7 @@ def main() -> None:
         doc = {"workflows": WORKFLOWS, "concurrency": LOAD, "policies": POLICIES, "rows": rows}
         OUT.write_text(json.dumps(doc, indent=1))
     if not a.no_docs:
-        write("generalise", "Built by `python benchmarks/generalise.py` (docs/results/generalise.json has "
+        write("generalise", "Built by `python -m benchmarks.generalise` (docs/results/generalise.json has "
                             "every run's command); each row's trace is `agentrt generate random --workflows "
                             f"{WORKFLOWS} --seed SEED --concurrency {LOAD}`.\n\n" + table(doc["rows"]))
 

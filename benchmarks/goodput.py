@@ -1,8 +1,8 @@
 """Goodput and end-to-end latency where prefill matters: open-loop arrivals on two presets.
 
-    python benchmarks/goodput.py                 # both presets (about 10 min on 2 cores, the refinement included)
-    python benchmarks/goodput.py --preset qwen3-32b-h200 --workflows 60
-    python benchmarks/goodput.py --docs-only docs/results/goodput.json   # re-render the docs section
+    python -m benchmarks.goodput                 # both presets (about 10 min on 2 cores, the refinement included)
+    python -m benchmarks.goodput --preset qwen3-32b-h200 --workflows 60
+    python -m benchmarks.goodput --docs-only docs/results/goodput.json   # re-render the docs section
 
 For each preset, one generated workload (`swebench` by default: 10-30k-token repository contexts,
 tool waits from the tools table) arrives open loop as a Poisson process at a geometric grid of
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results import DOCS, write
+from benchmarks.results import DOCS, write
 
 POLICIES = ["lru", "cachesage", "pbkv-lae", "pbkv-he", "pbkv-ta", "oracle"]
 PRESETS = ["qwen3-32b-h200", "llama3.1-8b-h100"]
@@ -142,7 +142,7 @@ def render(doc: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.goodput", description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default=",".join(PRESETS))
     ap.add_argument("--workload", default="swebench")
     ap.add_argument("--workflows", type=int, default=100)
@@ -162,7 +162,7 @@ def main() -> None:
     shown = f" --rates {a.rates}" if a.rates != ap.get_default("rates") else ""
     if a.refine != ap.get_default("refine"):
         shown += f" --refine {a.refine}"
-    doc: dict = {"command": f"python benchmarks/goodput.py --workload {a.workload} --workflows {a.workflows} "
+    doc: dict = {"command": f"python -m benchmarks.goodput --workload {a.workload} --workflows {a.workflows} "
                             f"--slo {a.slo:g}{shown}",
                  "workload": a.workload, "workflows": a.workflows, "slo_p90_ttft_s": a.slo, "presets": {}}
     with tempfile.TemporaryDirectory(prefix="agentrt-goodput-") as d:

@@ -1,8 +1,8 @@
 """Where knowing agents pays most: each workload's memory scanned for PBKV-TA's largest gain over LRU.
 
-    python benchmarks/headroom.py                     # 10 workloads x 2 tool scales x 5 capacities (~20 min, 2 cores)
-    python benchmarks/headroom.py --workloads hover,gaia --jobs 1
-    python benchmarks/headroom.py --docs-only         # re-render the table from the JSON
+    python -m benchmarks.headroom                     # 10 workloads x 2 tool scales x 5 capacities (~20 min, 2 cores)
+    python -m benchmarks.headroom --workloads hover,gaia --jobs 1
+    python -m benchmarks.headroom --docs-only         # re-render the table from the JSON
 
 The regime sweep (`benchmarks/regimes.py`) fixes two capacities per workload (f = 0.5 and 1 of the
 live footprint, concurrency x mean prompt blocks). LRU's worst case lies between: a working set a
@@ -23,8 +23,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from regimes import WORKLOADS, run
-from results import DOCS, check_counts, sweep_flags, write
+from benchmarks.regimes import WORKLOADS, run
+from benchmarks.results import DOCS, check_counts, sweep_flags, write
 
 POLICIES = ["lru", "pbkv-ta", "oracle"]
 CAPACITY = [0.25, 0.5, 0.75, 1.0, 1.5]
@@ -74,7 +74,7 @@ def scan_table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.headroom", description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     sweep_flags(ap, json_name="docs/results/headroom.json")
     a = ap.parse_args()
@@ -103,7 +103,7 @@ def main() -> None:
         OUT.write_text(json.dumps({"workflows": WORKFLOWS, "concurrency": LOAD, "policies": POLICIES,
                                    "rows": rows}, indent=1))
     if not a.no_docs:
-        write("headroom", "Built by `python benchmarks/headroom.py` (docs/results/headroom.json has every "
+        write("headroom", "Built by `python -m benchmarks.headroom` (docs/results/headroom.json has every "
                           "run's command); each trace is `agentrt generate WORKLOAD --workflows "
                           f"{WORKFLOWS} --seed 0 --concurrency {LOAD} --tool-scale TOOL`, each run "
                           f"`agentrt bench --trace ... --gpu-blocks BLOCKS --policies {','.join(POLICIES)}`.\n\n"

@@ -3,11 +3,11 @@
 Below and past stock vLLM's sustainable rate, with the simulator's prediction for the same calls
 beside each live figure.
 
-    python benchmarks/live_admission.py --workload team --workflows 24 --seed 0 --runs 3 \\
+    python -m benchmarks.live_admission --workload team --workflows 24 --seed 0 --runs 3 \\
         --json docs/results/engine/live-admission-team.json
-    python benchmarks/live_admission.py --trace my.jsonl --runs 3 --json OUT.json
-    python benchmarks/live_admission.py --docs        # re-render docs/notes/results-details.md from the stored JSONs
-    python benchmarks/live_admission.py --smoke --preset-file P.json --json OUT.json   # the CI version
+    python -m benchmarks.live_admission --trace my.jsonl --runs 3 --json OUT.json
+    python -m benchmarks.live_admission --docs        # re-render docs/notes/results-details.md from the stored JSONs
+    python -m benchmarks.live_admission --smoke --preset-file P.json --json OUT.json   # the CI version
 
 Method (each live run is `agentrt bench --engine vllm`, in-process: `enginebench/runner.py`)
 1. The engine: a preset measured on it (`--preset-file`, else `agentrt calibrate --engine vllm`,
@@ -48,8 +48,8 @@ import sys
 import time
 from pathlib import Path
 
-from fidelity import agentrt, work_and_preset
-from live_admission_report import FIGURES, RESULTS, criteria, markdown, summarise, write_docs  # noqa: F401
+from benchmarks.fidelity import agentrt, work_and_preset
+from benchmarks.live_admission_report import FIGURES, RESULTS, criteria, markdown, summarise, write_docs  # noqa: F401
 
 PAIRS = {"stock": ("stock", "fcfs"), "fcfs+pbkv-ta": ("pbkv-ta", "fcfs"), "las+lru": ("lru", "las"),
          "agent+pbkv-ta": ("pbkv-ta", "agent")}
@@ -222,7 +222,7 @@ def run(a) -> dict:
                        "rate_searched": bool(probes), "slo_given": a.slo, "model_size": a.model_size,
                        "vllm_blocks": a.vllm_blocks, "scale": a.scale, "think_scale": a.think_scale,
                        "seed": a.seed, "trace_rate": bench.rate0, "preset": json.loads(preset.read_text()),
-                       "command": "python benchmarks/live_admission.py " + " ".join(sys.argv[1:]),
+                       "command": "python -m benchmarks.live_admission " + " ".join(sys.argv[1:]),
                        "seconds": round(time.time() - t0), "live_runs": bench.n}
     return doc
 
@@ -232,7 +232,7 @@ SMOKE = dict(workload="team", workflows=4, runs=1, bisect=0, expand=0, goodput_s
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.live_admission", description=__doc__.split("\n")[0])
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--trace", help="an open-loop trace file (workflows start at their timestamps)")
     src.add_argument("--workload", default="team")

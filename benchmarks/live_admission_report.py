@@ -3,7 +3,7 @@
 `summarise` takes one pair's runs at one load to medians and ranges (and the simulator's medians
 for the same calls); `criteria` computes the done-when checks from a run's document; `markdown`
 renders every stored docs/results/engine/live-admission-*.json for docs/notes/results-details.md
-(`python benchmarks/live_admission.py --docs`).
+(`python -m benchmarks.live_admission --docs`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import statistics
 from pathlib import Path
 
-from results import write
+from benchmarks.results import write
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "engine"
 FIGURES = ("e2e_mean_s", "e2e_p99_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "hit_rate")

@@ -1,6 +1,6 @@
 """Why a policy loses to LRU: hits per call kind, and the eviction decisions it makes unlike LRU's.
 
-    python benchmarks/lru_regret.py --trace coding.jsonl --gpu-blocks 14187 --policies pbkv-he,pbkv-ta
+    python -m benchmarks.lru_regret --trace coding.jsonl --gpu-blocks 14187 --policies pbkv-he,pbkv-ta
 
 Each policy replays the trace without the safety net (the policy's own order; the bench's 25%
 training split). Two tables:
@@ -185,7 +185,7 @@ def render(res: dict, policies: list[str]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.lru_regret", description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=Path, required=True)
     ap.add_argument("--gpu-blocks", type=int, required=True)
     ap.add_argument("--policies", default="cachesage,pbkv-lae,pbkv-he,pbkv-ta")

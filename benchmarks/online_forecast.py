@@ -1,7 +1,7 @@
 """PBKV-TA with and without a trained predictor, and what its online forecasts are worth.
 
-    python benchmarks/online_forecast.py                 # regimes where the oracle >= 1.3x LRU, and AG2
-    python benchmarks/online_forecast.py --workloads gaia --no-docs
+    python -m benchmarks.online_forecast                 # regimes where the oracle >= 1.3x LRU, and AG2
+    python -m benchmarks.online_forecast --workloads gaia --no-docs
 
 A live engine started without `--predictor` runs PBKV-TA with no trained predictor; so does any
 agent the predictor never saw (AG2's experts are made up per task). Each row replays the same
@@ -34,16 +34,15 @@ import json
 import tempfile
 from pathlib import Path
 
-from oracle_gap import hit
-from results import DOCS, REPO, write
-from tails import rows, trace_of
-
 from agentrt.bench.runner import (BenchOptions, engine_config, make_bench_scheduler,
                                   make_trained_policy, plan_split)
 from agentrt.bench.source import file_source
 from agentrt.engine.simulator import Simulator
 from agentrt.policies.pbkv import PBKVTimePolicy
 from agentrt.trace.reader import TraceReader
+from benchmarks.oracle_gap import hit
+from benchmarks.results import DOCS, REPO, write
+from benchmarks.tails import rows, trace_of
 
 COLUMNS = ["lru", "no predictor", "no predictor, online", "trained", "trained, online", "oracle"]
 HEAD = ["workload", "tool x", "load", "f"]
@@ -140,14 +139,14 @@ def write_cross(done: list[dict]) -> None:
     table = hit_table(done, HEAD + ["predictor trained on", "shared agent names"], CROSS)
     below = [r["hit"]["foreign, judge off"] - r["hit"]["lru"] for r in done]
     judged = [r["hit"]["foreign"] - r["hit"]["lru"] for r in done]
-    write("online-cross", "Built by `python benchmarks/online_forecast.py --part cross` "
+    write("online-cross", "Built by `python -m benchmarks.online_forecast --part cross` "
                           "(docs/results/online_forecast_cross.json; GPU hit %). PBKV-TA minus LRU with the "
                           f"foreign predictor: {min(below):+.1f} to {max(below):+.1f} points with the judge off, "
                           f"{min(judged):+.1f} to {max(judged):+.1f} with it.\n\n" + "\n".join(table) + "\n")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.online_forecast", description=__doc__.splitlines()[0])
     ap.add_argument("--min-ratio", type=float, default=1.3, help="regimes where oracle / LRU is at least this")
     ap.add_argument("--workloads", default=None, help="only these workloads (comma-separated; ag2 for the AG2 logs)")
     ap.add_argument("--part", choices=["all", "own", "cross"], default="all",
@@ -182,14 +181,14 @@ def main() -> None:
             done.append({"row": label, "trace": str(ag2.relative_to(REPO)), "gpu_blocks": blocks, "hit": res})
             print(f"{label}: " + ", ".join(f"{k} {v:.1f}" for k, v in res.items()), flush=True)
     elif only is None or "ag2" in only:
-        print(f"(AG2 skipped: {ag2} not found; `python benchmarks/results.py --only real` imports it)")
+        print(f"(AG2 skipped: {ag2} not found; `python -m benchmarks.results --only real` imports it)")
     if a.no_docs or not done:
         return
     (DOCS / "results" / "online_forecast.json").write_text(json.dumps(done, indent=1))
     table = hit_table(done, HEAD, COLUMNS)
     gain = [r["hit"]["no predictor, online"] - r["hit"]["no predictor"] for r in done]
     left = [r["hit"]["trained"] - r["hit"]["no predictor, online"] for r in done]
-    cmd = "python benchmarks/online_forecast.py" + (f" --min-ratio {a.min_ratio:g}" if a.min_ratio != 1.3 else "")
+    cmd = "python -m benchmarks.online_forecast" + (f" --min-ratio {a.min_ratio:g}" if a.min_ratio != 1.3 else "")
     write("online", f"Built by `{cmd}` (docs/results/online_forecast.json; GPU hit %). Without a predictor, "
                     f"online forecasts add {min(gain):+.1f} to {max(gain):+.1f} points; the trained predictor is "
                     f"{min(left):+.1f} to {max(left):+.1f} points above them.\n\n" + "\n".join(table) + "\n")

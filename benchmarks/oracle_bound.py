@@ -1,7 +1,7 @@
 """How far the in-simulator oracle is from the best possible: `oracle` against `belady-held`.
 
-    python benchmarks/oracle_bound.py                 # ten workloads, a quarter of the memory
-    python benchmarks/oracle_bound.py --workloads gaia,team --docs
+    python -m benchmarks.oracle_bound                 # ten workloads, a quarter of the memory
+    python -m benchmarks.oracle_bound --workloads gaia,team --docs
 
 `oracle` is clairvoyant eviction under the simulator's own memory accounting, a heuristic (next
 use from the trace); `belady-held` is MIN keeping the blocks running calls held
@@ -64,7 +64,7 @@ def write_docs(doc: dict) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.oracle_bound", description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=None, help="comma-separated (default: every generated workload)")
     ap.add_argument("--out", default=str(REPO / "docs" / "results" / "oracle_bound.json"))
     ap.add_argument("--docs", action="store_true", help="write the table into docs/notes/results-details.md")
@@ -73,7 +73,7 @@ def main() -> None:
     if a.docs_only:
         return write_docs(json.loads(Path(a.docs_only).read_text()))
     names = a.workloads.split(",") if a.workloads else DEFAULT_WORKLOADS
-    command = "python benchmarks/oracle_bound.py" + (f" --workloads {a.workloads}" if a.workloads else "")
+    command = "python -m benchmarks.oracle_bound" + (f" --workloads {a.workloads}" if a.workloads else "")
     t0 = time.time()
     doc = {"command": command, "runs": []}
     for w in names:

@@ -1,7 +1,7 @@
 """Where PBKV-TA's gap to the oracle lies: what each piece of the future is worth, and hits per agent.
 
-    python benchmarks/oracle_gap.py                        # every regime where the oracle >= 1.3x LRU
-    python benchmarks/oracle_gap.py --workloads gaia --no-docs
+    python -m benchmarks.oracle_gap                        # every regime where the oracle >= 1.3x LRU
+    python -m benchmarks.oracle_gap --workloads gaia --no-docs
 
 Each regime is a row of the regime sweep (`benchmarks/regimes.py`, same trace and memory). Each
 column gives PBKV-TA a piece of the future, taken from its own earlier replay of
@@ -33,9 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-from results import DOCS, write
-from tails import rows, trace_of
-
 from agentrt.bench.runner import (BenchOptions, engine_config, make_bench_scheduler,
                                   make_trained_policy, plan_split)
 from agentrt.bench.source import file_source
@@ -45,6 +42,8 @@ from agentrt.policies.pbkv import PBKVTimePolicy
 from agentrt.policies.pbkv.timing import TINY, thread_density
 from agentrt.runtime import events as ev
 from agentrt.trace.reader import TraceReader
+from benchmarks.results import DOCS, write
+from benchmarks.tails import rows, trace_of
 
 # column -> (what the timing is told: None, "step" or "thread"; whether dead blocks are told)
 TOLD = {"+ step times": ("step", False), "+ thread times": ("thread", False),
@@ -212,7 +211,7 @@ def agent_table(done: list[dict]) -> str:
 
 def main() -> None:
     import tempfile
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.oracle_gap", description=__doc__.splitlines()[0])
     ap.add_argument("--min-ratio", type=float, default=1.3, help="regimes where oracle / LRU is at least this")
     ap.add_argument("--workloads", default=None, help="only these workloads (comma-separated)")
     ap.add_argument("--no-docs", action="store_true")
@@ -228,7 +227,7 @@ def main() -> None:
     if a.no_docs:
         return
     (DOCS / "results" / "oracle_gap.json").write_text(json.dumps(done, indent=1))
-    cmd = "python benchmarks/oracle_gap.py" + (f" --min-ratio {a.min_ratio:g}" if a.min_ratio != 1.3 else "")
+    cmd = "python -m benchmarks.oracle_gap" + (f" --min-ratio {a.min_ratio:g}" if a.min_ratio != 1.3 else "")
     write("oracle-gap", f"Built by `{cmd}` (docs/results/oracle_gap.json has every figure). GPU hit %, "
                         "each column on the regime sweep's trace and memory.\n\n" + gap_table(done)
           + "\n\nGPU hit % per agent (the first such regime of each workload):\n\n" + agent_table(done) + "\n")

@@ -14,9 +14,9 @@ For each policy and workload, one simulator replay with the runtime instrumented
   in flight, the safety net's shadow LRU), and (c) the block tags shared by several threads (a block with one user points at
   its thread directly and costs nothing extra). The cache's own blocks are not counted.
 
-    python benchmarks/policy_overhead.py [--workloads team,mix] [--policies lru,cachesage,...]
-    python benchmarks/policy_overhead.py --shares-tenants 100,1000,10000
-    python benchmarks/policy_overhead.py --clock cpu [--no-safety-net]   # CPU time, net on / off
+    python -m benchmarks.policy_overhead [--workloads team,mix] [--policies lru,cachesage,...]
+    python -m benchmarks.policy_overhead --shares-tenants 100,1000,10000
+    python -m benchmarks.policy_overhead --clock cpu [--no-safety-net]   # CPU time, net on / off
 
 `--shares-tenants` times instead one re-check of tenant KV shares (`TenantShares.recheck`, what the
 simulator runs per event and vLLM's connector per scheduler step) with that many tenants holding
@@ -183,7 +183,7 @@ def shares_recheck(counts: list[int]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.policy_overhead", description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="mix,gaia")
     ap.add_argument("--policies", default="lru,cachesage,kvflow,ttl,pbkv-lae,pbkv-he,pbkv,pbkv-ta")
     ap.add_argument("--workflows", type=int, default=200)

@@ -7,7 +7,7 @@ workflows, and the wall time of `predict_batch` per active workflow for batches 
 256 states drawn from the held-out workflows (median of repeats). Target: training on a default
 workload in under five minutes on 2 CPU cores, inference under 1 ms per workflow batched.
 
-    python benchmarks/predictor.py [--workloads mix,team] [--workflows 400] [--seed 0] [--json out.json]
+    python -m benchmarks.predictor [--workloads mix,team] [--workflows 400] [--seed 0] [--json out.json]
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def print_doc(doc: dict) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.predictor", description=__doc__.splitlines()[0])
     default = "mix" if "mix" in workload_names() else "team"
     ap.add_argument("--workloads", default=default, help="comma-separated workload names")
     ap.add_argument("--workflows", type=int, default=400)

@@ -1,7 +1,7 @@
 """Admission against eviction: the `agent` scheduler's prefix hold on the 24 drawn applications.
 
-    python benchmarks/prefix_hold.py               # 24 applications x 2 capacities, 3 runs each
-    python benchmarks/prefix_hold.py --docs-only   # re-render the table from the JSON
+    python -m benchmarks.prefix_hold               # 24 applications x 2 capacities, 3 runs each
+    python -m benchmarks.prefix_hold --docs-only   # re-render the table from the JSON
 
 The traces and memory are `benchmarks/generalise.py`'s: `agentrt generate random --workflows 80
 --seed SEED --concurrency 8`, memory f x the live footprint (f = 0.5 and 1). On each, three
@@ -24,11 +24,10 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from generalise import CAPACITY, LOAD, WORKFLOWS
-from regimes import run
-from results import DOCS, check_counts, sweep_flags, write
-
 from agentrt.workloads.randomapp import draw_app
+from benchmarks.generalise import CAPACITY, LOAD, WORKFLOWS
+from benchmarks.regimes import run
+from benchmarks.results import DOCS, check_counts, sweep_flags, write
 
 OUT = DOCS / "results" / "prefix_hold.json"
 VARIANTS = {"fcfs": ((), ["lru", "pbkv-ta", "oracle", "infinite"]),
@@ -125,7 +124,7 @@ def sweep(a: argparse.Namespace, variants: dict, out: Path, line) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.prefix_hold", description=__doc__.splitlines()[0])
     sweep_flags(ap, json_name="docs/results/prefix_hold.json", apps=True)
     a = ap.parse_args()
     check_counts(ap, a)
@@ -135,7 +134,7 @@ def main() -> None:
         f"{100 * fig(r, 'agent-no-hold', 'lru'):.1f} | agent lru {100 * fig(r, 'agent', 'lru'):.1f} "
         f"pbkv-ta {100 * fig(r, 'agent', 'pbkv-ta'):.1f} oracle {100 * fig(r, 'agent', 'oracle'):.1f}"))
     if not a.no_docs:
-        write("prefix-hold", "Built by `python benchmarks/prefix_hold.py` (docs/results/prefix_hold.json has "
+        write("prefix-hold", "Built by `python -m benchmarks.prefix_hold` (docs/results/prefix_hold.json has "
                              "every run's command); each row's trace is `agentrt generate random --workflows "
                              f"{WORKFLOWS} --seed SEED --concurrency {LOAD}`. Token hit rates in %.\n\n"
                              + table(rows))

@@ -19,7 +19,7 @@ Measured, each for `--seconds`:
    concurrency: p50 / p99 per request, and their difference.
 For serve it also prints its CPU time per request (user and system, from /proc).
 
-    python benchmarks/proxy.py [--seconds 5] [--concurrency 64] [--delay-ms 14] [--policy cachesage]
+    python -m benchmarks.proxy [--seconds 5] [--concurrency 64] [--delay-ms 14] [--policy cachesage]
 
 `--hostile` measures instead normal calls of one tenant beside a hostile mix of other clients
 (slow clients, huge headers, a tenant inventing agent ids, another streaming): see
@@ -36,10 +36,18 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import orjson
 
-from fake_upstream import run_upstream
+from benchmarks.fake_upstream import run_upstream
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def spawn_self(*args: str, **kw) -> subprocess.Popen:
+    """This script (`python -m benchmarks.proxy ARGS`) in its own process, run from the repository root."""
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.proxy", *args], cwd=REPO, **kw)
 
 
 # ------------------------------------------------------------------ the load generator
@@ -191,7 +199,7 @@ def pinned(cpu: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.proxy", description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--delay-ms", type=float, default=14.0)
@@ -204,13 +212,13 @@ def main() -> None:
     if a.fake_upstream:
         return run_upstream(a.fake_upstream)
     if a.hostile or a.hostile_clients:
-        import proxy_hostile
+        from benchmarks import proxy_hostile
         return proxy_hostile.main(a)
     ncpu = os.cpu_count() or 1
     if hasattr(os, "sched_setaffinity") and ncpu > 1:
         os.sched_setaffinity(0, set(range(1, ncpu)))       # the load generator: off serve's core
     up_port, serve_port = free_port(), free_port()
-    up = subprocess.Popen([sys.executable, __file__, "--fake-upstream", str(up_port)])
+    up = spawn_self("--fake-upstream", str(up_port))
     srv = None
     try:
         wait_port(up_port, up, "fake upstream")

@@ -1,4 +1,4 @@
-"""`python benchmarks/proxy.py --hostile`: one tenant's normal calls beside a hostile mix.
+"""`python -m benchmarks.proxy --hostile`: one tenant's normal calls beside a hostile mix.
 
 Starts the fake upstream of `proxy.py` and `agentrt serve` (pinned to CPU 0, policy cachesage,
 its open-file limit set to `--nofile`, 256 by default: where the issue's probe ran out of
@@ -21,7 +21,7 @@ connection lost), the ratio of the p99s, the share of its core serve used during
 (CPU seconds from /proc over wall seconds: far below 100% with a large p99 means serve was kept
 off its core, not busy), and what the hostile clients got.
 
-    python benchmarks/proxy.py --hostile [--seconds 5] [--concurrency 16] [--delay-ms 14] [--nofile 256]
+    python -m benchmarks.proxy --hostile [--seconds 5] [--concurrency 16] [--delay-ms 14] [--nofile 256]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from collections import Counter
 
 import orjson
 
-import proxy as base
+from benchmarks import proxy as base
 
 IDLE, TRICKLE, HUGE, INVENTORS, STREAMS = 200, 200, 2, 4, 4
 
@@ -158,7 +158,7 @@ def main(a) -> None:
     if hasattr(os, "sched_setaffinity") and ncpu > 1:
         os.sched_setaffinity(0, set(range(1, ncpu)))
     up_port, port = base.free_port(), base.free_port()
-    up = subprocess.Popen([sys.executable, base.__file__, "--fake-upstream", str(up_port)])
+    up = base.spawn_self("--fake-upstream", str(up_port))
     srv = hostile = None
     try:
         base.wait_port(up_port, up, "fake upstream")
@@ -168,8 +168,8 @@ def main(a) -> None:
                                 "--forward-header", "x-stream-s"], preexec_fn=_serve_limits(a.nofile))
         base.wait_port(port, srv, "agentrt serve")
         calm = asyncio.run(base._load(port, concurrency, a.seconds, a.delay_ms, "normal", True))
-        hostile = subprocess.Popen([sys.executable, base.__file__, "--hostile-clients", str(port),
-                                    "--seconds", str(a.seconds)], stdout=subprocess.PIPE, text=True)
+        hostile = base.spawn_self("--hostile-clients", str(port), "--seconds", str(a.seconds),
+                                  stdout=subprocess.PIPE, text=True)
         time.sleep(1.0)
         c0, t0 = sum(base.cpu_seconds(srv.pid)), time.perf_counter()
         rough = asyncio.run(base._load(port, concurrency, a.seconds, a.delay_ms, "normal", True))

@@ -1,8 +1,8 @@
 """Regime sweep: every workload x tool time x load x capacity, each policy against the oracle.
 
-    python benchmarks/regimes.py                      # all regimes (about 30-60 min on 2 cores)
-    python benchmarks/regimes.py --workloads coding,mix --workflows 60   # a quick subset
-    python benchmarks/regimes.py --workflows 80 --rerun cachesage,kvflow,pbkv-lae,pbkv-he,pbkv-ta
+    python -m benchmarks.regimes                      # all regimes (about 30-60 min on 2 cores)
+    python -m benchmarks.regimes --workloads coding,mix --workflows 60   # a quick subset
+    python -m benchmarks.regimes --workflows 80 --rerun cachesage,kvflow,pbkv-lae,pbkv-he,pbkv-ta
         # only these policies, the other figures kept from docs/results/regimes/*.json
 
 A regime is one generated trace replayed under every policy in one `agentrt bench` run:
@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results import DOCS, merge_rerun, pct, rerun_flag, sweep_flags, write
+from benchmarks.results import DOCS, merge_rerun, pct, rerun_flag, sweep_flags, write
 
 WORKLOADS = ["coding", "swebench", "gaia", "hover", "financebench", "humaneval", "mtbench", "mmlu",
              "gsm8k", "mix"]
@@ -143,7 +143,7 @@ def pts_of(x: float | None) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.regimes", description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--workflows", type=int, default=80, help="per trace (the published table's 80)")
     sweep_flags(ap, json_name="docs/results/regimes/*.json", jobs=False)
@@ -177,7 +177,7 @@ def main() -> None:
             f = outdir / f"{w}.json"
             if f.exists():
                 rows += json.loads(f.read_text())["rows"]
-        cmd = "python benchmarks/regimes.py" + (f" --workflows {a.workflows}" if a.workflows != 100 else "")
+        cmd = "python -m benchmarks.regimes" + (f" --workflows {a.workflows}" if a.workflows != 100 else "")
         write("regimes", f"Built by `{cmd}`; each row's trace is `agentrt generate WORKLOAD --workflows "
                          f"{a.workflows} --seed 0 --concurrency LOAD --tool-scale TOOL` and its run "
                          "`agentrt bench --trace ... --gpu-blocks BLOCKS --policies "

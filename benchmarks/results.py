@@ -4,8 +4,8 @@ Every table is one `agentrt bench` run; this script runs them through the same c
 writes, between the markers in docs/notes/results-details.md, each table under the exact command that
 reproduces it. The JSON of every run goes to docs/results/ and the plots to docs/figures/.
 
-    python benchmarks/results.py                 # everything (about 20-40 minutes on 2 cores)
-    python benchmarks/results.py --only tables   # or --only real (Mooncake and AG2 traces)
+    python -m benchmarks.results                 # everything (about 20-40 minutes on 2 cores)
+    python -m benchmarks.results --only tables   # or --only real (Mooncake and AG2 traces)
 
 Settings (the same for every workload, never tuned to one): Llama-3.1-8B on H100 (`--preset
 llama3.1-8b-h100`), 16-token blocks, 200 workflows at 16 concurrent, seed 0. Two memory
@@ -152,7 +152,7 @@ def summary() -> str:
             "highest hit rate against LRU (hit-rate ratio, mean-TTFT and mean-E2E speed-ups) and its "
             "hit rate against `belady-held`, the proven bound under the same memory (MIN keeping "
             "the blocks running calls held, over the LRU replay's stream). "
-            "Built by `python benchmarks/results.py --only summary` from the JSON of the runs below.\n\n"
+            "Built by `python -m benchmarks.results --only summary` from the JSON of the runs below.\n\n"
             + "\n".join(rows) + "\n")
 
 
@@ -216,7 +216,7 @@ def check_counts(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.results", description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["tables", "real", "summary", "all"], default="all")
     a = ap.parse_args()
     if a.only in ("tables", "all"):

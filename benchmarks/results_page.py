@@ -1,8 +1,8 @@
 """The results page, docs/results.md: each area's headline against its bound, rendered from the
 stored JSON of the runs (no run happens here).
 
-    python benchmarks/results_page.py            # write docs/results.md
-    python benchmarks/results_page.py --check    # exit 1 where docs/results.md is not what the JSON renders
+    python -m benchmarks.results_page            # write docs/results.md
+    python -m benchmarks.results_page --check    # exit 1 where docs/results.md is not what the JSON renders
 
 Every table names the command that wrote its JSON (docs/results/); the long-form analyses, with
 every table of every run, are in docs/notes/results-details.md, whose sections the page lists at
@@ -20,7 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from results import FULL, QUARTER, WORKLOADS, pct  # the runs of `results.py --only tables`, as it names them
+from benchmarks.results import FULL, QUARTER, WORKLOADS, pct  # the runs of `python -m benchmarks.results --only tables`
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
@@ -63,14 +63,14 @@ def eviction() -> str:
             rows.append(f"| {w} | {blocks:,} ({label}) | {pct(r['lru']['hit_rate'])} | {best} {pct(r[best]['hit_rate'])} | "
                         f"{pct(r['oracle']['hit_rate'])} | {pct(bound)} | {r[best]['hit_rate'] / bound:.2f} | {worst:+.1f} |")
     if not rows:
-        return missing("the workload tables", "python benchmarks/results.py --only tables")
+        return missing("the workload tables", "python -m benchmarks.results --only tables")
     ratios.sort()
     high = [x for x in ratios if x[0] >= 0.9]
     low = ", ".join(f"{w} at {m} memory {r:.2f}" for r, w, m in ratios if r < 0.9)
     return ("Simulator, Llama-3.1-8B on one H100 (`llama3.1-8b-h100`), 200 workflows, 16 at once, seed 0; "
             "GPU token hit rate, %. `belady-held` is clairvoyant MIN under the same memory, keeping the "
             "blocks running calls hold (the proven bound); `oracle` is clairvoyant eviction run inside "
-            "the simulator. Written by `python benchmarks/results.py --only tables`.\n\n"
+            "the simulator. Written by `python -m benchmarks.results --only tables`.\n\n"
             "| workload | GPU blocks (memory) | LRU | best agentrt policy | oracle | belady-held | best / belady-held | worst agentrt vs LRU, points |\n"
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n" + "\n".join(rows) +
             f"\n\nThe best agentrt policy reaches {ratios[-1][0]:.2f} of `belady-held` at most, at least 0.90 in "
@@ -81,7 +81,7 @@ def regimes() -> str:
     rows = [row for f in sorted((RESULTS / "regimes").glob("*.json"))
             for row in json.loads(f.read_text())["rows"]]
     if not rows:
-        return missing("the regime sweep", "python benchmarks/regimes.py --workflows 80")
+        return missing("the regime sweep", "python -m benchmarks.regimes --workflows 80")
     of_bound, vs_lru, ta_lru = [], [], []
     for row in rows:
         r = row["results"]
@@ -93,7 +93,7 @@ def regimes() -> str:
             ta_lru.append(100 * (r["pbkv-ta"]["hit_rate"] - r["lru"]["hit_rate"]))
     workloads = sorted({row["workload"] for row in rows})
     return (f"{len(rows)} regimes ({', '.join(workloads)}; tool time, concurrency and memory varied; "
-            f"written by `python benchmarks/regimes.py --workflows 80`), median (min-max):\n\n"
+            f"written by `python -m benchmarks.regimes --workflows 80`), median (min-max):\n\n"
             "| measure | value |\n| --- | ---: |\n"
             f"| best agentrt policy / `belady-held` | {spread(of_bound)} |\n"
             f"| best agentrt policy vs LRU, points | {spread(vs_lru, '{:+.1f}')} |\n"
@@ -105,7 +105,7 @@ def regimes() -> str:
 def admission() -> str:
     doc = load("schedulers.json")
     if doc is None:
-        return missing("the scheduler runs", "python benchmarks/schedulers.py")
+        return missing("the scheduler runs", "python -m benchmarks.schedulers")
     rows = []
     for w, v in doc["workloads"].items():
         refined = {k: x["rate"] for k, x in v["goodput_refined"].items()}
@@ -121,7 +121,7 @@ def admission() -> str:
     return (f"Simulator, `{doc['preset']}`, Poisson arrivals; goodput is the highest rate (workflows/s) whose "
             f"p90 TTFT stays within {doc['slo_p90_ttft_s']:g} s, refined by bisection. The bound beside it is "
             "clairvoyant eviction's goodput under FCFS (`fcfs+oracle`); the isolated bound is each "
-            "workflow's E2E alone on an unbounded replica. Written by `python benchmarks/schedulers.py`.\n\n"
+            "workflow's E2E alone on an unbounded replica. Written by `python -m benchmarks.schedulers`.\n\n"
             "E2E columns: the mean E2E over the isolated bound, FCFS + LRU / the best pair, at a load "
             "of that share of FCFS + LRU's sustainable rate.\n\n"
             "| workload | FCFS + LRU goodput | best admission + eviction | FCFS + oracle goodput | best / oracle | "
@@ -134,7 +134,7 @@ def live_admission() -> str:
     """The admission gate in front of a live vLLM against stock vLLM, per stored run."""
     docs = sorted(RESULTS.glob("engine/live-admission-*.json"))
     if not docs:
-        return missing("admission on the live engine", "python benchmarks/live_admission.py")
+        return missing("admission on the live engine", "python -m benchmarks.live_admission")
     rows = []
     for f in docs:
         d = json.loads(f.read_text())
@@ -155,7 +155,7 @@ def live_admission() -> str:
             "for the gated pairs, the connector alone for `fcfs+`), at shares of stock vLLM's sustainable rate "
             f"found live; medians of {s['runs']} runs, speed-up = stock's mean workflow E2E over the pair's, "
             "the simulator's for the same calls beside it. Written by "
-            "`python benchmarks/live_admission.py`; reading in [notes/results-details.md]"
+            "`python -m benchmarks.live_admission`; reading in [notes/results-details.md]"
             "(notes/results-details.md#agent-admission-on-live-vllm).\n\n"
             "| workload | load | pair | stock E2E s | pair E2E s (range) | speed-up | simulator's | "
             "TTFT p99 s, stock / pair |\n| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n"
@@ -165,7 +165,7 @@ def live_admission() -> str:
 def routing() -> str:
     doc = load("router_bounds.json")
     if doc is None:
-        return missing("the router bounds", "python benchmarks/routers.py --part bounds")
+        return missing("the router bounds", "python -m benchmarks.routers --part bounds")
     rows = []
     for run in doc["runs"]:
         pairs = {(router, pol): x["hit_rate"] for router, pols in run["routers"].items()
@@ -210,7 +210,7 @@ def live() -> str:
 def connector_cost() -> str:
     doc = load("engine/connector_cost.json")
     if doc is None:
-        return missing("the connector's cost", "python benchmarks/connector_cost.py")
+        return missing("the connector's cost", "python -m benchmarks.connector_cost")
     from agentrt.enginebench.connector_cost import label, paired_of
     rows = []
     for name, res in doc["loads"].items():
@@ -221,7 +221,7 @@ def connector_cost() -> str:
             "benchmark client (Mooncake's conversation trace, the tiny model, 2 CPU cores); each figure "
             "is the median over rounds of the variant's run over stock's in the same round (1.000: no "
             "cost; > 1 worse for TTFT and TPOT, < 1 worse for throughput). Written by "
-            "`python benchmarks/connector_cost.py`; the full table and how to read it are in "
+            "`python -m benchmarks.connector_cost`; the full table and how to read it are in "
             "[vllm.md](vllm.md#what-the-connector-costs).\n\n"
             "| load | engine | requests/s | mean TTFT | mean TPOT | runs |\n| --- | --- | ---: | ---: | ---: | ---: |\n"
             + "\n".join(rows) + "\n")
@@ -231,7 +231,7 @@ def fidelity() -> str:
     docs = sorted(RESULTS.glob("engine/fidelity-*.json"))
     if not docs:
         return missing("the simulator against the engine",
-                       "python benchmarks/fidelity.py --workload team --seed 0 --runs 3 "
+                       "python -m benchmarks.fidelity --workload team --seed 0 --runs 3 "
                        "--json docs/results/engine/fidelity-team.json")
     rows = []
     for f in docs:
@@ -240,7 +240,7 @@ def fidelity() -> str:
             rows.append(f"| {f.stem.removeprefix('fidelity-')} | {pol} | {pct(x['live_hit'])} | {pct(x['sim_hit'])} | "
                         f"{x['live_ttft_mean_s']:.2f} | {x['sim_ttft_mean_s']:.2f} | {x['live_e2e_mean_s']:.1f} | {x['sim_e2e_mean_s']:.1f} |")
     return ("The same calls live and in the simulator on a preset measured on that engine "
-            "(`python benchmarks/fidelity.py`; live figures are medians of its runs):\n\n"
+            "(`python -m benchmarks.fidelity`; live figures are medians of its runs):\n\n"
             "| calls | policy | live hit % | simulator hit % | live TTFT s | simulator TTFT s | live E2E s | simulator E2E s |\n"
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n" + "\n".join(rows) + "\n")
 
@@ -269,7 +269,7 @@ def render() -> str:
         ("Live vLLM against stock vLLM", live()),
         ("The simulator against the engine", fidelity()),
     ]
-    head = ("# Results\n\n<!-- Rendered by `python benchmarks/results_page.py` from docs/results/*.json: "
+    head = ("# Results\n\n<!-- Rendered by `python -m benchmarks.results_page` from docs/results/*.json: "
             "edit the script, not this page. -->\n\n"
             "Each area of agentrt against its bound, from the stored JSON of the command named beside "
             "each table. Simulator figures are deterministic (simulated time; same seed, same numbers); "
@@ -281,13 +281,13 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.results_page", description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if docs/results.md differs from the render")
     a = ap.parse_args(argv)
     text = render()
     if a.check:
         if PAGE.read_text() != text:
-            print(f"{PAGE} differs from what its JSON renders: run python benchmarks/results_page.py")
+            print(f"{PAGE} differs from what its JSON renders: run python -m benchmarks.results_page")
             return 1
         print(f"{PAGE} matches its JSON")
         return 0

@@ -1,7 +1,7 @@
 """vLLM's standard `kv.retain` over tool calls, against PBKV-TA's own estimate of tool times.
 
-    python benchmarks/retain_hints.py                 # the tool-hints regimes (oracle >= 1.3x LRU)
-    python benchmarks/retain_hints.py --sigma 0 --no-docs
+    python -m benchmarks.retain_hints                 # the tool-hints regimes (oracle >= 1.3x LRU)
+    python -m benchmarks.retain_hints --sigma 0 --no-docs
 
 A framework that knows a call ends in a tool call, and about how long the tool runs, can send
 vLLM's standard `kv.retain` for the call's whole context for that long (the agentrt connector
@@ -32,9 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from results import DOCS, sweep_flags, write
-from tails import rows, trace_of
-from tool_hints import KEY, name
+from benchmarks.results import DOCS, sweep_flags, write
+from benchmarks.tails import rows, trace_of
+from benchmarks.tool_hints import KEY, name
 
 RUNS = {"retain": ["--policies", "lru,pbkv-ta", "--retain-hints"],
         "told": ["--policies", "pbkv-ta", "--tool-hints"],
@@ -56,7 +56,7 @@ def run(row: dict, flags: list[str], sigma: float, tmp: Path) -> dict:
 
 def table(done: list[tuple[dict, dict]], sigma: float) -> str:
     args = f" --sigma {sigma:g}" if sigma != 0.5 else ""
-    lines = [f"Built by `python benchmarks/retain_hints.py{args}`: the regimes of the tool-hints table (the "
+    lines = [f"Built by `python -m benchmarks.retain_hints{args}`: the regimes of the tool-hints table (the "
              "sweep's where the oracle is at least 1.3x LRU). `+ retain`: the framework sends kv.retain for "
              f"a call's whole context when it ends in a tool call, for its announced tool time (lognormal "
              f"error sigma {sigma:g}; `agentrt bench --trace ... --gpu-blocks B --policies lru,pbkv-ta "
@@ -89,7 +89,7 @@ def table(done: list[tuple[dict, dict]], sigma: float) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.retain_hints", description=__doc__.splitlines()[0])
     ap.add_argument("--min-ratio", type=float, default=1.3, help="regimes where the oracle is at least this x LRU")
     ap.add_argument("--sigma", type=float, default=0.5, help="lognormal error of the announced tool times")
     sweep_flags(ap, json_name="docs/results/retain_hints.json", jobs=False)

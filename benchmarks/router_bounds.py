@@ -12,14 +12,14 @@ import json
 import time
 from pathlib import Path
 
-from router_setup import CONC, GPU_TOKENS, PRESET, REPO, WORKFLOWS, ceiling, config, row, trace, trained, write_between
-
 from agentrt.cluster.bounds import run_cluster_oracle
 from agentrt.engine.presets import get_preset
 from agentrt.engine.simulator import EngineConfig, Simulator
 from agentrt.policies.oracle import FutureUses, OraclePolicy, best_of_passes
 from agentrt.policies.registry import make_policy
 from agentrt.sched.registry import make_scheduler
+from benchmarks.router_setup import (CONC, GPU_TOKENS, PRESET, REPO, WORKFLOWS, ceiling, config, row, trace, trained,
+                                     write_between)
 
 def pooled_config(block_size: int, n: int) -> EngineConfig:
     """One engine with n x one replica's compute (peak FLOPs, HBM bandwidth), KV memory and batch
@@ -133,7 +133,7 @@ def bounds_main(a) -> None:
     t_all = time.time()
     doc = {"settings": {"preset": PRESET, "gpu_tokens_per_replica": GPU_TOKENS, "conc_per_replica": CONC,
                         "workflows_per_replica": {w: WORKFLOWS[w] for w in wls}, "scheduler": "fcfs",
-                        "command": "python benchmarks/routers.py --part bounds"}, "runs": []}
+                        "command": "python -m benchmarks.routers --part bounds"}, "runs": []}
     for wl in wls:
         for n in ns:
             t0 = time.time()

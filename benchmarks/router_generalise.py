@@ -1,8 +1,8 @@
 """Routers on applications nobody wrote them for: every router behind LRU on drawn applications.
 
-    python benchmarks/router_generalise.py                 # 24 applications x 4 and 8 replicas (~15 min, 2 cores)
-    python benchmarks/router_generalise.py --apps 4 --jobs 1
-    python benchmarks/router_generalise.py --docs-only     # re-render the table from the JSON
+    python -m benchmarks.router_generalise                 # 24 applications x 4 and 8 replicas (~15 min, 2 cores)
+    python -m benchmarks.router_generalise --apps 4 --jobs 1
+    python -m benchmarks.router_generalise --docs-only     # re-render the table from the JSON
 
 Each application is `agentrt generate random --seed S` (S = 1..apps; `agentrt.workloads.randomapp`),
 run as `benchmarks/routers.py` runs its generated workloads: N replicas of the simulator's engine
@@ -23,13 +23,12 @@ import statistics
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from results import check_counts, sweep_flags
-from router_setup import CONC, ceiling, config, row, write_between
-
 from agentrt.bench.source import workload_source
 from agentrt.cluster.run import run_cluster
 from agentrt.workloads.base import GenConfig
 from agentrt.workloads.randomapp import draw_app
+from benchmarks.results import check_counts, sweep_flags
+from benchmarks.router_setup import CONC, ceiling, config, row, write_between
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "results" / "router_generalise.json"
@@ -57,7 +56,7 @@ def markdown(doc: dict) -> str:
     runs = doc["runs"]
     head = ("| app (seed) | shape | N | ceiling | " + " | ".join(ROUTERS) +
             " | agent / prefix | TTFT p99 prefix / agent (s) | imbalance prefix / agent | agent busy, mean / max (%) |")
-    out = [f"Built by `python benchmarks/router_generalise.py` (docs/results/router_generalise.json); "
+    out = [f"Built by `python -m benchmarks.router_generalise` (docs/results/router_generalise.json); "
            f"each application's trace is `agentrt generate random --seed SEED --workflows {PER} x N "
            f"--concurrency {CONC} x N`. Token hit rates in %.", "", head,
            "|" + "---|" * (len(ROUTERS) + 8)]
@@ -108,7 +107,7 @@ def busy_cell(fig: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.router_generalise", description=__doc__.splitlines()[0])
     sweep_flags(ap, json_name="docs/results/router_generalise.json", apps=True)
     a = ap.parse_args()
     check_counts(ap, a)

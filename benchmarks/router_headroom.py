@@ -1,8 +1,8 @@
 """How far each router is from the best any router could do under the cluster's memory.
 
-    python benchmarks/router_headroom.py                  # 4, 8, 16 replicas, prefix/session/agent
-    python benchmarks/router_headroom.py --replicas 4 --workloads gaia
-    python benchmarks/router_headroom.py --docs-only docs/results/router_headroom.json
+    python -m benchmarks.router_headroom                  # 4, 8, 16 replicas, prefix/session/agent
+    python -m benchmarks.router_headroom --replicas 4 --workloads gaia
+    python -m benchmarks.router_headroom --docs-only docs/results/router_headroom.json
 
 The routers benchmark's setting (`routers.py`: Llama-3.1-8B on H100, 6,430 blocks per replica,
 16 workflows in flight per replica, LRU, FCFS, seed 0; Mooncake's conversation trace as it
@@ -31,12 +31,11 @@ import sys
 import time
 from pathlib import Path
 
-from router_setup import (CONC, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH, REPO, WORKFLOWS,
-                          ceiling, config, trace, write_between)
-
 from agentrt.cluster.bounds import placement_bound, pooled_bound
 from agentrt.cluster.run import run_cluster
 from agentrt.trace.reader import TraceReader
+from benchmarks.router_setup import (CONC, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH, REPO,
+                                     WORKFLOWS, ceiling, config, trace, write_between)
 
 START, END = "<!-- router-headroom:start -->", "<!-- router-headroom:end -->"
 ROUTERS = ("prefix", "session", "agent")
@@ -110,7 +109,7 @@ def markdown(doc: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.router_headroom", description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", default="4,8,16", help="comma-separated replica counts")
     ap.add_argument("--workloads", default=",".join([*WORKFLOWS, "mooncake"]))
     ap.add_argument("--routers", default=",".join(ROUTERS))
@@ -124,7 +123,7 @@ def main() -> None:
     routers = a.routers.split(",")
     if "prefix" not in routers:
         ap.error("--routers must include prefix (the bound is stated against it)")
-    command = "python benchmarks/router_headroom.py"
+    command = "python -m benchmarks.router_headroom"
     for flag, val, default in (("--replicas", a.replicas, "4,8,16"), ("--workloads", a.workloads,
                                ",".join([*WORKFLOWS, "mooncake"])), ("--routers", a.routers, ",".join(ROUTERS))):
         if val != default:

@@ -1,12 +1,12 @@
 """Peer KV transfer across replicas: how much of the pooled-memory reference it recovers, per router.
 
-    python benchmarks/router_transfer.py                   # 4 and 8 replicas, five workloads and Mooncake (~20 min)
-    python benchmarks/router_transfer.py --docs            # also write the table into docs/routers.md
-    python benchmarks/router_transfer.py --docs-only JSON  # rebuild that table from a JSON
-    python benchmarks/router_transfer.py --add-oracle      # add the oracle reference to the JSON (~18 min)
-    python benchmarks/router_transfer.py --gbps 5 --out X.json   # another link speed
+    python -m benchmarks.router_transfer                   # 4 and 8 replicas, five workloads and Mooncake (~20 min)
+    python -m benchmarks.router_transfer --docs            # also write the table into docs/routers.md
+    python -m benchmarks.router_transfer --docs-only JSON  # rebuild that table from a JSON
+    python -m benchmarks.router_transfer --add-oracle      # add the oracle reference to the JSON (~18 min)
+    python -m benchmarks.router_transfer --gbps 5 --out X.json   # another link speed
 
-Same settings as `benchmarks/routers.py --part bounds` (its `config`, `WORKFLOWS`, `CONC`: Llama-3.1-8B
+Same settings as `python -m benchmarks.routers --part bounds` (its `config`, `WORKFLOWS`, `CONC`: Llama-3.1-8B
 on H100, 6,430 blocks of 16 tokens per replica, 16 workflows in flight per replica, FCFS, seed
 0), and the same traces. Per workload and replica count: `prefix`, `agent` and `least-loaded`
 under LRU, without and with peer transfer (`agentrt.cluster.transfer`, `--gbps`, 25 GB/s received per
@@ -37,12 +37,11 @@ import sys
 import time
 from pathlib import Path
 
-from router_setup import (CONC, GPU_TOKENS, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH, PRESET,
-                          REPO, WORKFLOWS, config, trace, trained, write_between)
-
 from agentrt.cluster.run import run_cluster
 from agentrt.policies.registry import make_policy
 from agentrt.trace.reader import TraceReader
+from benchmarks.router_setup import (CONC, GPU_TOKENS, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH,
+                                     PRESET, REPO, WORKFLOWS, config, trace, trained, write_between)
 
 DEFAULT_GBPS = 25.0
 ROUTERS = ["prefix", "agent", "least-loaded"]
@@ -188,7 +187,7 @@ def write_docs(doc: dict, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.router_transfer", description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", default="4,8", help="comma-separated replica counts")
     ap.add_argument("--workloads", default=",".join([*WORKFLOWS, "mooncake"]))
     ap.add_argument("--out", default=None, help="JSON output (default docs/results/router_transfer.json)")
@@ -225,7 +224,7 @@ def main() -> None:
                         "workflows_per_replica": dict(WORKFLOWS), "gbps": a.gbps, "scheduler": "fcfs",
                         "mooncake_per_replica": MOONCAKE_PER, "mooncake_gpu_tokens_per_replica": MOONCAKE_GPU_TOKENS,
                         "mooncake_time_scale": f"{MOONCAKE_STRETCH:g}/N",
-                        "command": " ".join(["python benchmarks/router_transfer.py", *sys.argv[1:]])},
+                        "command": " ".join(["python -m benchmarks.router_transfer", *sys.argv[1:]])},
            "runs": []}
     for wl in a.workloads.split(","):
         for n in (int(x) for x in a.replicas.split(",")):

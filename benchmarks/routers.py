@@ -1,11 +1,11 @@
 """Routers across 2-16 simulated replicas at equal offered load per replica, and route() cost.
 
-    python benchmarks/routers.py            # full: 2, 4, 8, 16 replicas (about 20 min on one core)
-    python benchmarks/routers.py --quick    # 2 and 4 replicas (a few minutes)
-    python benchmarks/routers.py --part micro
-    python benchmarks/routers.py --part bounds   # eviction on each router's placement (4, 8 replicas)
-    python benchmarks/routers.py --part pooled   # add the pooled-memory reference to that JSON
-    python benchmarks/routers.py --results-table docs/results/routers.json   # its tables as markdown
+    python -m benchmarks.routers            # full: 2, 4, 8, 16 replicas (about 20 min on one core)
+    python -m benchmarks.routers --quick    # 2 and 4 replicas (a few minutes)
+    python -m benchmarks.routers --part micro
+    python -m benchmarks.routers --part bounds   # eviction on each router's placement (4, 8 replicas)
+    python -m benchmarks.routers --part pooled   # add the pooled-memory reference to that JSON
+    python -m benchmarks.routers --results-table docs/results/routers.json   # its tables as markdown
 
 Every replica is the simulator's engine model with the same settings: Llama-3.1-8B on H100
 (`llama3.1-8b-h100`), a quarter of its KV memory (6,430 blocks of 16 tokens: the project's
@@ -43,16 +43,15 @@ import sys
 import time
 from pathlib import Path
 
-from router_bounds import bounds_main, pooled_main, write_docs
-from router_setup import (CONC, GPU_TOKENS, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH, PRESET,
-                          REPO, WORKFLOWS, ceiling, config, row)
-
 from agentrt.bench.source import workload_source
 from agentrt.cluster.registry import make_router, router_names
 from agentrt.cluster.routing import ClusterHints, RouteRequest
 from agentrt.cluster.run import render, run_cluster
 from agentrt.trace.reader import TraceReader
 from agentrt.workloads.base import GenConfig
+from benchmarks.router_bounds import bounds_main, pooled_main, write_docs
+from benchmarks.router_setup import (CONC, GPU_TOKENS, MOONCAKE, MOONCAKE_GPU_TOKENS, MOONCAKE_PER, MOONCAKE_STRETCH,
+                                     PRESET, REPO, WORKFLOWS, ceiling, config, row)
 
 
 def run_workload(name: str, n: int, scale: float, routers: list[str]) -> tuple[dict, str, float]:
@@ -158,7 +157,7 @@ def micro(n_replicas: int = 16, live: int = 10_000, decisions: int = 10_000, blo
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.routers", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 and 4 replicas only")
     ap.add_argument("--part", choices=["all", "sim", "micro", "bounds", "pooled"], default="all")
     ap.add_argument("--replicas", default=None, help="comma-separated replica counts")
@@ -190,7 +189,7 @@ def main() -> None:
                               "mooncake_gpu_tokens_per_replica": MOONCAKE_GPU_TOKENS,
                               "mooncake_time_scale": f"{MOONCAKE_STRETCH:g}/N",
                               "policy": "lru", "scheduler": "fcfs", "quick": a.quick,
-                              "command": "python benchmarks/routers.py" + (" --quick" if a.quick else "")},
+                              "command": "python -m benchmarks.routers" + (" --quick" if a.quick else "")},
                  "runs": []}
     t_all = time.time()
     if a.part in ("all", "sim"):

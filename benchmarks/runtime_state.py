@@ -14,7 +14,7 @@ prints
   workflow that the previous code ran (`act` once per interval when the engine is idle).
 Time is passed in (1 ms between workflows), so nothing goes silent during the run.
 
-    python benchmarks/runtime_state.py [--workflows 100000] [--tenants 1] [--policy cachesage]
+    python -m benchmarks.runtime_state [--workflows 100000] [--tenants 1] [--policy cachesage]
 """
 
 from __future__ import annotations
@@ -194,7 +194,8 @@ def scheduler_run(name: str, n: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.runtime_state", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workflows", type=int, default=100_000)
     ap.add_argument("--tenants", default="1,16", help="comma-separated tenant counts")
     ap.add_argument("--policies", default="lru,cachesage,pbkv-lae")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sched_runs import GOODPUT_GRID, SCHEDULERS, bench, generate
+from benchmarks.sched_runs import GOODPUT_GRID, SCHEDULERS, bench, generate
 
 
 def goodput_part(workload: str, n: int, mu: float, slo: float, tmp: Path, log) -> dict:

@@ -11,7 +11,7 @@ import dataclasses
 import statistics
 from pathlib import Path
 
-from sched_runs import PRESET, WORKFLOWS, bench, sustainable_rate
+from benchmarks.sched_runs import PRESET, WORKFLOWS, bench, sustainable_rate
 
 
 def two_tenant_trace(workload: str, rate_a: float, n_a: int, ratio: float, tmp: Path, with_b: bool,

@@ -1,12 +1,12 @@
 """Schedulers x eviction policies at a loaded operating point, their goodput, and tenant fairness.
 
-    python benchmarks/schedulers.py                       # all parts (about 30-45 min on 2 cores)
-    python benchmarks/schedulers.py --part table --workloads coding
-    python benchmarks/schedulers.py --part tenants
-    python benchmarks/schedulers.py --part bounds     # the isolated E2E bound of each workload
-    python benchmarks/schedulers.py --part refine     # goodput of the best pairs by bisection
-    python benchmarks/schedulers.py --part oracle     # goodput with clairvoyant eviction (fcfs, agent)
-    python benchmarks/schedulers.py --part docs       # rebuild the tables from the JSON
+    python -m benchmarks.schedulers                       # all parts (about 30-45 min on 2 cores)
+    python -m benchmarks.schedulers --part table --workloads coding
+    python -m benchmarks.schedulers --part tenants
+    python -m benchmarks.schedulers --part bounds     # the isolated E2E bound of each workload
+    python -m benchmarks.schedulers --part refine     # goodput of the best pairs by bisection
+    python -m benchmarks.schedulers --part oracle     # goodput with clairvoyant eviction (fcfs, agent)
+    python -m benchmarks.schedulers --part docs       # rebuild the tables from the JSON
 
 Every figure is an `agentrt bench` run on a generated trace with Poisson workflow arrivals on the
 prefill-heavy preset (qwen3-32b-h200, its full KV memory); each row names its commands.
@@ -43,10 +43,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from results import DOCS, write
-from sched_goodput import goodput_part, oracle_goodput, refine_goodput
-from sched_runs import EVICTION, GOODPUT_GRID, PRESET, SCHEDULERS, WORKFLOWS, bench, generate, sustainable_rate
-from sched_tenants import tenants_md, tenants_part
+from benchmarks.results import DOCS, write
+from benchmarks.sched_goodput import goodput_part, oracle_goodput, refine_goodput
+from benchmarks.sched_runs import (EVICTION, GOODPUT_GRID, PRESET, SCHEDULERS, WORKFLOWS, bench, generate,
+                                   sustainable_rate)
+from benchmarks.sched_tenants import tenants_md, tenants_part
 
 KEYS = ("hit_rate", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "e2e_mean_s", "e2e_p50_s",
         "e2e_p99_s", "wait_max_s", "preemptions", "workflows", "makespan_s")
@@ -163,7 +164,7 @@ def table_md(workload: str, d: dict, slo: float) -> str:
             orc = d.get("goodput_oracle")
             if orc:
                 cmd = next((v["command"] for v in orc.values() if v["command"]), "")
-                parts.append("With clairvoyant eviction (`oracle`; `python benchmarks/schedulers.py --part oracle`: "
+                parts.append("With clairvoyant eviction (`oracle`; `python -m benchmarks.schedulers --part oracle`: "
                              "the grid scanned from FCFS + LRU's grid goodput, past its top in 1.15x steps if need be, "
                              "then 4 bisection probes): "
                              + ", ".join(f"{k} {v['rate']:.5f} ({v['rate'] / r0:.2f}x FCFS + LRU)"
@@ -186,7 +187,7 @@ def legacy(d: dict | None) -> dict | None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.schedulers", description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=["table", "bounds", "refine", "oracle", "tenants", "docs", "all"],
                     default="all", help="docs: rebuild the tables from docs/results/schedulers.json only")
     ap.add_argument("--workloads", default="coding,swebench,mix")
@@ -231,7 +232,7 @@ def main() -> None:
         return
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(doc, indent=1))
-    parts = [f"Built by `python benchmarks/schedulers.py` (preset {PRESET}, full KV memory, seed 0, Poisson "
+    parts = [f"Built by `python -m benchmarks.schedulers` (preset {PRESET}, full KV memory, seed 0, Poisson "
              f"arrivals; every run holds back the first 25% of workflows for training).\n"]
     for w, d in doc.get("workloads", {}).items():
         parts.append(table_md(w, d, doc["slo_p90_ttft_s"]))

@@ -6,7 +6,7 @@ block). Reports two figures from one run of each:
 - replay from a trace file on disk (adds JSON parsing and validation),
 for the built-in `team` workload at a GPU capacity that forces evictions.
 
-    python benchmarks/sim_speed.py [--workflows 3000] [--gpu-blocks 6000] [--block-size 16]
+    python -m benchmarks.sim_speed [--workflows 3000] [--gpu-blocks 6000] [--block-size 16]
 
 Target (issue 2): at least 1,000,000 touches per second on one core of the 2-core dev machine.
 """
@@ -40,7 +40,7 @@ def run(calls, args) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.sim_speed", description=__doc__.splitlines()[0])
     ap.add_argument("--workflows", type=int, default=3000)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--gpu-blocks", type=int, default=6000)

@@ -1,7 +1,7 @@
 """The two sweeps of docs/notes/results-details.md: hit rate against GPU KV capacity, and against predictor noise.
 
-    python benchmarks/sweeps.py [--workload mix] [--workflows 200]
-    python benchmarks/sweeps.py --plot-only          # redraw the figures from sweeps.json
+    python -m benchmarks.sweeps [--workload mix] [--workflows 200]
+    python -m benchmarks.sweeps --plot-only          # redraw the figures from sweeps.json
 
 - Pressure sweep: each policy at GPU capacities from 2,000 blocks to the preset's full memory
   (25,720 blocks of 16 tokens, Llama-3.1-8B on H100), on one generated trace; Belady beside.
@@ -40,7 +40,7 @@ STYLES = {"lru": ("#333333", "o", "-"), "cachesage": ("tab:blue", "s", "-"),
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.sweeps", description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="mix")
     ap.add_argument("--workflows", type=int, default=200)
     ap.add_argument("--noise-blocks", default="25720,6430")

@@ -1,8 +1,8 @@
 """PBKV-TA with tail survival (`--set pbkv-ta.tails=true`) on the regimes where eviction matters.
 
-    python benchmarks/tails.py                     # regimes where the oracle is >= 1.2x LRU
-    python benchmarks/tails.py --min-ratio 1.3     # only those the issue's target counts
-    python benchmarks/tails.py --min-ratio 1.3 --seeds 1,2   # those again on more trace seeds
+    python -m benchmarks.tails                     # regimes where the oracle is >= 1.2x LRU
+    python -m benchmarks.tails --min-ratio 1.3     # only those the issue's target counts
+    python -m benchmarks.tails --min-ratio 1.3 --seeds 1,2   # those again on more trace seeds
 
 Tail survival: many agents' next prompt does not reuse the last blocks of their previous call
 (a scratchpad or ledger rewritten each step, an answer summarised rather than quoted); until that
@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from regimes import AGENTRT
-from results import DOCS, write
+from benchmarks.regimes import AGENTRT
+from benchmarks.results import DOCS, write
 
 
 def rows(min_ratio: float) -> list[dict]:
@@ -82,7 +82,7 @@ def seeded(row: dict, seed: int, tmp: Path) -> dict:
 
 
 def seeds_table(runs: list[tuple[dict, dict]], seeds: list[int], min_ratio: float) -> str:
-    lines = [f"Built by `python benchmarks/tails.py --min-ratio {min_ratio:g} --seeds {','.join(map(str, seeds))}`: "
+    lines = [f"Built by `python -m benchmarks.tails --min-ratio {min_ratio:g} --seeds {','.join(map(str, seeds))}`: "
              "the same regimes on other trace seeds (the row's `agentrt generate` command with `--seed N`), "
              "PBKV-TA without and with tails in two runs on each trace (`agentrt bench --trace ... --gpu-blocks B "
              "--policies lru,pbkv-ta,oracle`, and `--policies pbkv-ta --set pbkv-ta.tails=true`). Sweep seed 0 "
@@ -104,7 +104,7 @@ def seeds_table(runs: list[tuple[dict, dict]], seeds: list[int], min_ratio: floa
 
 
 def table(done: list[tuple[dict, dict]], min_ratio: float) -> str:
-    lines = [f"Built by `python benchmarks/tails.py --min-ratio {min_ratio:g}`: every regime of the sweep above where "
+    lines = [f"Built by `python -m benchmarks.tails --min-ratio {min_ratio:g}`: every regime of the sweep above where "
              f"the oracle is at least {min_ratio:g}x LRU, PBKV-TA with tail survival (`--set pbkv-ta.tails=true`) "
              "against the sweep's own runs (same trace, same memory; each row's commands are in "
              "docs/results/tails.json).\n",
@@ -136,7 +136,7 @@ def table(done: list[tuple[dict, dict]], min_ratio: float) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.tails", description=__doc__.splitlines()[0])
     ap.add_argument("--min-ratio", type=float, default=1.2, help="regimes where the oracle is at least this x LRU")
     ap.add_argument("--seeds", default="", help="run those regimes on these other trace seeds instead (e.g. 1,2)")
     a = ap.parse_args()

@@ -1,10 +1,10 @@
 """Do tenants that hold almost nothing dilute `fair`'s shares? Two tenants plus invented ones.
 
-    python benchmarks/tenant_dilution.py                        # this checkout's rules
-    PYTHONPATH=/path/to/old/src python benchmarks/tenant_dilution.py --label "before"
-    python benchmarks/tenant_dilution.py --docs-only
+    python -m benchmarks.tenant_dilution                        # this checkout's rules
+    PYTHONPATH=/path/to/old/src python -m benchmarks.tenant_dilution --label "before"
+    python -m benchmarks.tenant_dilution --docs-only
 
-The simulator's two-tenant experiment (`schedulers.py --part tenants`: swebench on the
+The simulator's two-tenant experiment (`python -m benchmarks.schedulers --part tenants`: swebench on the
 qwen3-32b-h200 preset, A at the rate stored in docs/results/schedulers.json, B at 5x, seeds 1, 3
 and 5) run with `fair` as it is, then with `SYBILS` extra tenants added: each opens one workflow
 early, sends a 64-token call, and keeps the workflow open for the whole run (its second call
@@ -27,8 +27,8 @@ import json
 import tempfile
 from pathlib import Path
 
-import sched_tenants as sched_bench
-from router_setup import write_between
+from benchmarks import sched_tenants as sched_bench
+from benchmarks.router_setup import write_between
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "results" / "tenant_dilution.json"
@@ -88,7 +88,7 @@ def run(label: str, tmp: Path) -> dict:
 
 
 def render(doc: dict) -> str:
-    lines = [f"Built by `python benchmarks/tenant_dilution.py` (swebench, qwen3-32b-h200, `fair` + LRU; A at "
+    lines = [f"Built by `python -m benchmarks.tenant_dilution` (swebench, qwen3-32b-h200, `fair` + LRU; A at "
              f"{next(iter(doc.values()))['rate_a']:.5f} workflows/s, B at 5x; {SYBILS} invented tenants each "
              f"holding one open workflow with a 64-token call; median (min-max) over seeds "
              f"{', '.join(map(str, SEEDS))}).\n",
@@ -112,7 +112,7 @@ def render(doc: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.tenant_dilution", description=__doc__.split("\n")[0])
     ap.add_argument("--label", default="max-min shares (this checkout)")
     ap.add_argument("--docs-only", action="store_true")
     a = ap.parse_args()

@@ -1,7 +1,7 @@
 """PBKV-TA told how long each tool call runs: the regime sweep with announced tool times.
 
-    python benchmarks/tool_hints.py                     # the sweep's regimes where the oracle >= 1.3x LRU
-    python benchmarks/tool_hints.py --min-ratio 0 --sigmas 1 --no-docs   # every regime, one error level
+    python -m benchmarks.tool_hints                     # the sweep's regimes where the oracle >= 1.3x LRU
+    python -m benchmarks.tool_hints --min-ratio 0 --sigmas 1 --no-docs   # every regime, one error level
 
 A framework that knows which tool it is about to run can say how long it expects it to take (the
 vLLM connector's `agentrt.tool_call` hint with `expected_s`; `agentrt bench --tool-hints SIGMA`
@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from regimes import AGENTRT
-from results import DOCS, sweep_flags, write
-from tails import rows, trace_of
+from benchmarks.regimes import AGENTRT
+from benchmarks.results import DOCS, sweep_flags, write
+from benchmarks.tails import rows, trace_of
 
 
 KEY = ("workload", "tool_scale", "concurrency", "capacity_factor")
@@ -56,7 +56,7 @@ def table(done: list[tuple[dict, dict]], sigmas: list[float], min_ratio: float) 
     args = f" --min-ratio {min_ratio:g}" if min_ratio != 1.3 else ""
     args += f" --sigmas {','.join(f'{s:g}' for s in sigmas)}" if sigmas != [0.0, 0.5, 1.0] else ""
     head = " | ".join(f"pbkv-ta, sigma {s:g}" for s in sigmas)
-    lines = [f"Built by `python benchmarks/tool_hints.py{args}`: every regime of the sweep where the oracle is at "
+    lines = [f"Built by `python -m benchmarks.tool_hints{args}`: every regime of the sweep where the oracle is at "
              f"least {min_ratio:g}x LRU; PBKV-TA re-run with tool times announced with lognormal error sigma "
              "(`agentrt bench --trace ... --gpu-blocks B --policies pbkv-ta --tool-hints SIGMA`; each run's command is "
              "in docs/results/tool_hints.json); LRU, PBKV-TA without hints and the oracle are the sweep's runs on "
@@ -103,7 +103,7 @@ def table(done: list[tuple[dict, dict]], sigmas: list[float], min_ratio: float) 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.tool_hints", description=__doc__.splitlines()[0])
     ap.add_argument("--min-ratio", type=float, default=1.3, help="regimes where the oracle is at least this x LRU")
     ap.add_argument("--sigmas", default="0,0.5,1", help="lognormal errors of the announced tool times")
     sweep_flags(ap, json_name="docs/results/tool_hints.json", jobs=False)

@@ -4,9 +4,9 @@ Where requests carry no workflow identity, PBKV-TA with `--set pbkv-ta.turns=tru
 blocks of ended requests by the follow-up hazard of their inferred turn class
 (`agentrt/policies/pbkv/turns.py`). Two parts:
 
-    python benchmarks/turns.py shares     # per trace: requests per turn class (1, 2, 3+) and the
+    python -m benchmarks.turns shares     # per trace: requests per turn class (1, 2, 3+) and the
                                           # share a later request followed up (re-sent the prompt)
-    python benchmarks/turns.py bench      # lru, pbkv-ta, pbkv-ta with turns, oracle (hit %)
+    python -m benchmarks.turns bench      # lru, pbkv-ta, pbkv-ta with turns, oracle (hit %)
 
 `bench` runs both Mooncake traces (in ../shared/traces, read in place) at a third and an eighth
 of their rate, and generated agent workloads with their identity stripped: each workflow's calls
@@ -120,7 +120,7 @@ def bench() -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.turns", description=__doc__.splitlines()[0])
     ap.add_argument("part", choices=("shares", "bench"))
     ap.add_argument("traces", nargs="*", type=Path, help="shares: traces to read (default: Mooncake's)")
     args = ap.parse_args()

@@ -1,8 +1,8 @@
 """Preempted requests on a live vLLM: does the prefix a preempted request computed survive until it runs again?
 
-    python benchmarks/vllm_preemption.py                  # both scenarios, 3 rounds each (about 6 min on 2 cores)
-    python benchmarks/vllm_preemption.py --scenario stream --rounds 5 --label NAME
-    python benchmarks/vllm_preemption.py --docs-only      # rebuild the docs table from the JSON
+    python -m benchmarks.vllm_preemption                  # both scenarios, 3 rounds each (about 6 min on 2 cores)
+    python -m benchmarks.vllm_preemption --scenario stream --rounds 5 --label NAME
+    python -m benchmarks.vllm_preemption --docs-only      # rebuild the docs table from the JSON
 
 vLLM preempts a running request when a step needs blocks and too few are free: it frees the
 request's blocks to the tail of its free queue (under its own LRU they go after every block freed
@@ -44,7 +44,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-from router_setup import write_between
+from benchmarks.router_setup import write_between
 
 BURST, PROMPT, OUTPUT, BLOCKS = 6, 600, 400, 96
 LONG_PROMPT, LONG_OUTPUT = 1500, 600
@@ -150,7 +150,7 @@ def run_server(policy: str, scenario: str, rounds: int, model: str, tmp: Path) -
 
 
 def table(doc: dict) -> str:
-    head = (f"`python benchmarks/vllm_preemption.py` (tiny model, {doc['blocks']} blocks of 32 tokens, "
+    head = (f"`python -m benchmarks.vllm_preemption` (tiny model, {doc['blocks']} blocks of 32 tokens, "
             f"{doc['rounds']} rounds per server and scenario; `burst`: {doc['burst']} requests of "
             f"{doc['prompt']} + {doc['output']} tokens at once, FCFS; `stream`: one low-priority request of "
             f"{doc['long'][0]} + {doc['long'][1]} tokens passed by {doc['stream'][0]} high-priority ones of "
@@ -177,7 +177,8 @@ def table(doc: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.vllm_preemption", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
     ap.add_argument("--policies", default="lru,pbkv-lae,pbkv-ta")

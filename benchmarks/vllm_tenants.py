@@ -1,13 +1,13 @@
 """Two tenants on a live vLLM: does a burst evict the quiet tenant's cache, with and without shares?
 
-    python benchmarks/vllm_tenants.py                 # 3 repeats (about 15 min each on 2 cores)
-    python benchmarks/vllm_tenants.py --repeats 1
-    python benchmarks/vllm_tenants.py --docs-only     # rebuild the docs table from the JSON
-    python benchmarks/vllm_tenants.py --part priorities-only   # add that run to the JSON's repeats
-    python benchmarks/vllm_tenants.py --part sybils --label NAME [--seeds 1,3,5]   # plus 10 one-call tenants
+    python -m benchmarks.vllm_tenants                 # 3 repeats (about 15 min each on 2 cores)
+    python -m benchmarks.vllm_tenants --repeats 1
+    python -m benchmarks.vllm_tenants --docs-only     # rebuild the docs table from the JSON
+    python -m benchmarks.vllm_tenants --part priorities-only   # add that run to the JSON's repeats
+    python -m benchmarks.vllm_tenants --part sybils --label NAME [--seeds 1,3,5]   # plus 10 one-call tenants
 
 Tenant A runs `WORKFLOWS_A` `team` workflows at `RATE_A` workflows/s, tenant B five times as many
-at five times the rate (the simulator's two-tenant experiment, `schedulers.py --part tenants`,
+at five times the rate (the simulator's two-tenant experiment, `python -m benchmarks.schedulers --part tenants`,
 at a size a CPU replays in minutes). Each repeat runs `agentrt bench --engine vllm` on the tiny
 local model with a small KV pool (`--vllm-blocks`), so B's working set overflows it:
 - A alone (stock vLLM: LRU, FCFS);
@@ -41,9 +41,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-from router_setup import write_between
-from sched_tenants import two_tenant_trace
-from tenant_dilution import with_sybils
+from benchmarks.router_setup import write_between
+from benchmarks.sched_tenants import two_tenant_trace
+from benchmarks.tenant_dilution import with_sybils
 
 WORKLOAD = "team"
 WORKFLOWS_A = 6
@@ -121,7 +121,7 @@ def render_sybils(doc: dict) -> str:
     alone = {str(r["seed"]): r["runs"]["A alone, stock vLLM"]["a"] for r in doc["repeats"]}
     shares = {str(r["seed"]): r["runs"][SHARES] for r in doc["repeats"] if SHARES in r["runs"]}
     seeds = sorted({sd for by_seed in runs.values() for sd in by_seed}, key=int)
-    lines = [f"`python benchmarks/vllm_tenants.py --part sybils --label NAME` (the two-tenant traces of the "
+    lines = [f"`python -m benchmarks.vllm_tenants --part sybils --label NAME` (the two-tenant traces of the "
              f"table above plus {SYBILS} tenants of one 128-token call each, `--scheduler fair`; A seeds "
              f"{', '.join(seeds)}, one run each, median (min-max); the no-sybils row is the same seeds' "
              "repeats above):", "",
@@ -174,7 +174,8 @@ def render(doc: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.vllm_tenants", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--docs-only", action="store_true", help="rebuild the docs table from --out and exit")
@@ -224,7 +225,7 @@ def main() -> None:
 
 def write_docs(doc: dict) -> None:
     n = len(doc["repeats"])
-    head = (f"`python benchmarks/vllm_tenants.py` ({n} repeat{'s' if n != 1 else ''}, A seeds "
+    head = (f"`python -m benchmarks.vllm_tenants` ({n} repeat{'s' if n != 1 else ''}, A seeds "
             f"{', '.join(str(r['seed']) for r in doc['repeats'])}; B's seed is A's + 1), from "
             f"docs/results/engine/vllm_tenants.json: median (min-max) over the repeats.\n\n")
     write_between(DOCS, START, END, head + render(doc))

@@ -1,17 +1,19 @@
-"""Load a script of benchmarks/ as a module, for the tests of its tables and helpers."""
+"""A script of benchmarks/ as a module, for the tests of its tables and helpers.
+
+The repository root is on the tests' path (pyproject.toml's `pythonpath`), so each script is the
+package module `benchmarks.NAME`, as `python -m benchmarks.NAME` runs it.
+"""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
 
 
-def load_script(monkeypatch, name: str):
-    """benchmarks/NAME.py as a fresh module (its own imports of sibling scripts resolve)."""
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCHMARKS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def load_script(name: str):
+    """The module `benchmarks.NAME`, shared by the tests: patch its names with `monkeypatch`, which
+    undoes them after each test."""
+    return importlib.import_module(f"benchmarks.{name}")

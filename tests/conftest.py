@@ -30,10 +30,12 @@ needs_shared = pytest.mark.skipif(
     reason=f"real traces not found at {SHARED} (../shared is absent; set AGENTRT_SHARED to its path)")
 
 
+@pytest.hookimpl(tryfirst=True)      # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`pytest -n 2 --dist loadgroup`, the README's CI line), every test that
-    runs a real vLLM goes to one worker: the session's servers are started once there, and two
-    engines never compete for the two cores while the other worker runs the simulator's tests."""
+    runs a real vLLM goes to one worker: the session's servers (each holding its KV memory until
+    the session ends) are started once, and two engines never compete for the two cores and the
+    memory while the other worker runs the simulator's tests."""
     for item in items:
         if "tiny_model" in item.fixturenames or requires_vllm.mark in item.iter_markers("skipif"):
             item.add_marker(pytest.mark.xdist_group("vllm"))

@@ -23,8 +23,8 @@ def rows_for(seed: int, f: float, prefill: tuple, schedule: tuple) -> tuple[dict
     return r, p
 
 
-def test_table_and_summary(monkeypatch):
-    mod = load_script(monkeypatch, "cache_at")
+def test_table_and_summary():
+    mod = load_script("cache_at")
     fan = next(s for s in range(1, 30) if mod.draw_app(s).delegator >= 0)
     flat = next(s for s in range(1, 30) if mod.draw_app(s).delegator < 0)
     pairs = [rows_for(fan, 1.0, ({"lru": 0.30, "oracle": 0.37}, {"lru": 0.51, "pbkv-ta": 0.53}),
@@ -49,8 +49,8 @@ def test_table_and_summary(monkeypatch):
     assert "under the agent scheduler 0.95x to 0.97x (median 0.96x); where the oracle is at least 1.3x " \
            "LRU (1 runs) 0.95x in 1" in text
 
-def test_runs_are_paired_with_the_same_memory(monkeypatch):
-    mod = load_script(monkeypatch, "cache_at")
+def test_runs_are_paired_with_the_same_memory():
+    mod = load_script("cache_at")
     r, p = rows_for(1, 0.5, ({"lru": 0.3, "oracle": 0.4}, {"lru": 0.3, "pbkv-ta": 0.3}),
                     ({"lru": 0.3, "pbkv-ta": 0.3, "oracle": 0.4, "infinite": 0.5},
                      {"lru": 0.3, "pbkv-ta": 0.3, "oracle": 0.4}))
@@ -61,8 +61,8 @@ def test_runs_are_paired_with_the_same_memory(monkeypatch):
 
 @pytest.mark.slow
 def test_one_application_runs_both_variants(monkeypatch, tmp_path):
-    mod = load_script(monkeypatch, "cache_at")
-    hold = load_script(monkeypatch, "prefix_hold")
+    mod = load_script("cache_at")
+    hold = load_script("prefix_hold")
     monkeypatch.setattr(hold, "WORKFLOWS", 10)
     monkeypatch.setattr(hold, "CAPACITY", [1.0])
     rows = hold.run_app(1, tmp_path, mod.VARIANTS)   # what cache_at.py's sweep runs per application

@@ -167,16 +167,16 @@ def test_the_run_summary_says_what_the_cluster_oracle_bounds():
     assert "placement" not in run_summary(doc)[2]
 
 
-def test_the_router_benchmark_renders_and_writes_the_bounds_table(tmp_path, monkeypatch):
+def test_the_router_benchmark_renders_and_writes_the_bounds_table(tmp_path):
     from bench_scripts import load_script
-    mod = load_script(monkeypatch, "router_bounds")
+    mod = load_script("router_bounds")
 
     def res(h):
         return {"hit_rate": h}
     run = {"workload": "gaia", "replicas": 4, "ceiling_hit_rate": 0.8, "routers": {
         r: {"lru": res(0.29 + d), "oracle on lru's placement": res(0.32 + d), "pbkv-ta": res(0.31 + d),
             "oracle on pbkv-ta's placement": res(0.34 + d)} for r, d in (("prefix", 0.0), ("agent", -0.01))}}
-    doc = {"settings": {"command": "python benchmarks/routers.py --part bounds"}, "seconds": 5, "runs": [run]}
+    doc = {"settings": {"command": "python -m benchmarks.routers --part bounds"}, "seconds": 5, "runs": [run]}
     md = mod.bounds_markdown(doc)
     row = md.splitlines()[-1]
     assert row.startswith("| gaia | 4 | 80.0 | 29.0 | 32.0 | 31.0 | 34.0 | 28.0 |")
@@ -191,9 +191,9 @@ def test_the_router_benchmark_renders_and_writes_the_bounds_table(tmp_path, monk
     assert pooled_row.endswith("| 31.0 | 43.5 | 1.07 (prefix+pbkv-ta) | 0.912 | 1.50 |")
 
 
-def test_the_pooled_reference_pools_compute_and_memory(gaia, monkeypatch):
+def test_the_pooled_reference_pools_compute_and_memory(gaia):
     from bench_scripts import load_script
-    mod = load_script(monkeypatch, "router_bounds")
+    mod = load_script("router_bounds")
     bs = gaia.header.block_size
     cfg = mod.pooled_config(bs, 4)
     one = mod.config(bs)

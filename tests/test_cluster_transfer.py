@@ -189,15 +189,15 @@ def test_bench_transfer_flag_end_to_end(tmp_path):
         assert p.returncode == 2 and msg in p.stderr, p.stderr
 
 
-def test_the_transfer_benchmark_renders_its_table_and_reads_the_pooled_reference(tmp_path, monkeypatch):
+def test_the_transfer_benchmark_renders_its_table_and_reads_the_pooled_reference(tmp_path):
     from bench_scripts import load_script
-    mod = load_script(monkeypatch, "router_transfer")
+    mod = load_script("router_transfer")
 
     def fig(saved, remote=0.0, p99=1.0):
         return {"saved": saved, "remote_hit_rate": remote, "ttft_p99_s": p99}
     runs = {"prefix lru": fig(0.30, p99=5.0), "prefix lru +T": fig(0.31, 0.01, 4.0),
             "prefix pbkv-ta +T": fig(0.33, 0.01, 4.5), "agent pbkv-ta +T": fig(0.32, 0.02, 3.0)}
-    doc = {"settings": {"command": "python benchmarks/router_transfer.py", "gbps": 25.0}, "seconds": 7,
+    doc = {"settings": {"command": "python -m benchmarks.router_transfer", "gbps": 25.0}, "seconds": 7,
            "runs": [{"workload": "gaia", "replicas": 4, "runs": runs}]}
     row = mod.markdown(doc).splitlines()[-1]
     assert row == "| gaia | 4 | 30.0 | 31.0 (1.0) | 33.0 (1.0) | 32.0 (2.0) | 1.10 (prefix pbkv-ta) | 5.00 / 4.50 |"

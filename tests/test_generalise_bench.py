@@ -14,8 +14,8 @@ def row(mod, seed: int, f: float, hits: dict[str, float]) -> dict:
             "gpu_blocks": 1000, "results": res}
 
 
-def test_table_and_summary_count_what_they_say(monkeypatch):
-    mod = load_script(monkeypatch, "generalise")
+def test_table_and_summary_count_what_they_say():
+    mod = load_script("generalise")
     rows = [row(mod, 1, 0.5, {"lru": 0.20, "pbkv-ta": 0.29, "kvflow": 0.19, "oracle": 0.30,    # in scope, 0.97
                               "belady-held": 0.32}),
             row(mod, 1, 1.0, {"lru": 0.50, "pbkv-ta": 0.52, "oracle": 0.55, "belady-held": 0.55}),  # out of scope
@@ -32,8 +32,8 @@ def test_table_and_summary_count_what_they_say(monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_random_application_runs_through_the_regime_path(monkeypatch, tmp_path):
-    mod = load_script(monkeypatch, "generalise")
+def test_a_random_application_runs_through_the_regime_path(tmp_path):
+    mod = load_script("generalise")
     r = mod.run("random", 1.0, 4, 0.5, 12, tmp_path, seed=3)
     assert r["seed"] == 3 and "--seed 3" in r["generate"]
     assert set(r["results"]) == set(mod.POLICIES)

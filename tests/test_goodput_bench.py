@@ -24,8 +24,8 @@ def full_grid(mod) -> list[dict]:
 
 
 @pytest.fixture
-def mod(monkeypatch):
-    return load_script(monkeypatch, "goodput")
+def mod():
+    return load_script("goodput")
 
 
 def test_grid_goodput_is_the_highest_rate_within_the_slo(mod):
@@ -74,8 +74,8 @@ def test_the_docs_section_names_its_command_and_a_refinement_step(mod):
     pts = full_grid(mod)
     refined = {p: {"goodput": 0.04, "bracket": [0.04, 0.08], "steps": []} for p in mod.POLICIES}
     refined["lru"] = {"goodput": 0.0566, "bracket": [0.0566, 0.08], "steps": [(0.0566, 1.0)]}
-    doc = {"command": "python benchmarks/goodput.py --workflows 10", "workload": "swebench", "workflows": 10,
+    doc = {"command": "python -m benchmarks.goodput --workflows 10", "workload": "swebench", "workflows": 10,
            "slo_p90_ttft_s": 2.0, "presets": {"qwen3-32b-h200": pts}, "refined": {"qwen3-32b-h200": refined}}
     text = mod.render(doc)
-    assert text.startswith("Built by `python benchmarks/goodput.py --workflows 10`")
+    assert text.startswith("Built by `python -m benchmarks.goodput --workflows 10`")
     assert "--rate 0.0566" in text and "--preset qwen3-32b-h200 --policies lru --quiet" in text

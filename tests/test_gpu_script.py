@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "run.py"
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
 def test_gpu_script_dry_run(tmp_path):
-    p = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run([sys.executable, "-m", "benchmarks.gpu.run", "--dry-run", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, cwd=REPO)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     rep = json.loads((tmp_path / "gpu_check.json").read_text())
     assert rep["dry_run"] and rep["env"]["torch"]

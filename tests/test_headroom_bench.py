@@ -12,8 +12,8 @@ def row(w: str, t: float, f: float, lru: float, ta: float, orc: float) -> dict:
             "results": {"lru": {"hit_rate": lru}, "pbkv-ta": {"hit_rate": ta}, "oracle": {"hit_rate": orc}}}
 
 
-def test_picks_the_largest_gain_and_counts_workloads_at_2x(monkeypatch):
-    mod = load_script(monkeypatch, "headroom")
+def test_picks_the_largest_gain_and_counts_workloads_at_2x():
+    mod = load_script("headroom")
     rows = [row("a", 1.0, 0.5, 0.20, 0.30, 0.35),     # 1.5x
             row("a", 4.0, 0.25, 0.10, 0.21, 0.30),    # 2.1x: picked; oracle 3.0x, also the largest
             row("b", 1.0, 1.0, 0.50, 0.55, 0.70),     # 1.1x; oracle 1.4x
@@ -28,8 +28,8 @@ def test_picks_the_largest_gain_and_counts_workloads_at_2x(monkeypatch):
 
 
 @pytest.mark.slow
-def test_one_point_runs_with_three_policies(monkeypatch, tmp_path):
-    mod = load_script(monkeypatch, "headroom")
+def test_one_point_runs_with_three_policies(tmp_path):
+    mod = load_script("headroom")
     r = mod.run("hover", 1.0, 4, 0.5, 8, tmp_path, policies=mod.POLICIES)
     assert set(r["results"]) == set(mod.POLICIES)
     assert "--policies lru,pbkv-ta,oracle" in r["command"]

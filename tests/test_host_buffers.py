@@ -1,5 +1,5 @@
 """The host tier's copies (`agentrt.vllm.worker.HostBuffers`): synchronous on the CPU, on a side
-stream on CUDA (that part runs where a GPU is: benchmarks/gpu/check.py runs it on one)."""
+stream on CUDA (that part runs where a GPU is: benchmarks/gpu/run.py runs it on one)."""
 
 from __future__ import annotations
 

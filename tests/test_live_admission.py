@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from bench_scripts import BENCHMARKS, load_script
+from bench_scripts import REPO, load_script
 from vllm_support import requires_vllm
 
 
 @pytest.fixture
-def la(monkeypatch):
-    return load_script(monkeypatch, "live_admission")
+def la():
+    return load_script("live_admission")
 
 
 def test_bisect_finds_the_highest_rate_within_the_slo(la):
@@ -48,7 +48,7 @@ def test_summaries_criteria_and_table(la):
     assert c["e2e_mean_worse_at_0.8"] == pytest.approx(0.02)
     assert c["sim_e2e_mean_x_at_1.2"] == pytest.approx(90 / 40)
     doc.update(criteria=c, settings={"source": "--workload team", "runs": 3, "model_size": "tiny",
-                                     "vllm_blocks": 256, "command": "python benchmarks/live_admission.py"})
+                                     "vllm_blocks": 256, "command": "python -m benchmarks.live_admission"})
     md = la.markdown({"team": doc})
     assert "| 1.2 | agent+pbkv-ta | 45.0 (40.0-50.0) | 40.0 |" in md and "best_pair agent+pbkv-ta" in md
 
@@ -66,9 +66,9 @@ def test_the_ci_version_runs_end_to_end(tmp_path, tiny_model):
     preset = tmp_path / "preset.json"
     _preset(preset)
     out = tmp_path / "la.json"
-    cmd = [sys.executable, str(BENCHMARKS / "live_admission.py"), "--smoke", "--preset-file", str(preset),
+    cmd = [sys.executable, "-m", "benchmarks.live_admission", "--smoke", "--preset-file", str(preset),
            "--json", str(out), "--work-dir", str(tmp_path / "work")]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["sustainable_rate"] == 0.5 and list(doc["loads"]) == ["1.2"]

@@ -4,7 +4,6 @@ the CSV, the table (never cut), the figure, and the sweep figures of benchmarks/
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import subprocess
 import sys
@@ -134,9 +133,7 @@ def test_figure_carries_settings_stacked_hits_reference_lines_and_latency_axes(r
 
 
 def test_sweep_figures_share_axes_and_keep_every_line_visible(tmp_path):
-    spec = importlib.util.spec_from_file_location("sweeps", REPO / "benchmarks" / "sweeps.py")
-    sweeps = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweeps)
+    from benchmarks import sweeps
     styles = [(m, str(ls)) for _, m, ls in sweeps.STYLES.values()]
     assert len(set(m for m, _ in styles)) == len(styles) and len(set(styles)) == len(styles)
     out = {"workload": "mix", "workflows": 10, "concurrency": 8,

@@ -15,8 +15,8 @@ def row(seed: int, f: float, fcfs: dict, nohold: dict, agent: dict) -> dict:
             "results": {"fcfs": res(fcfs), "agent-no-hold": res(nohold), "agent": res(agent)}}
 
 
-def test_table_and_summary(monkeypatch):
-    mod = load_script(monkeypatch, "prefix_hold")
+def test_table_and_summary():
+    mod = load_script("prefix_hold")
     fan = next(s for s in range(1, 30) if mod.draw_app(s).delegator >= 0)
     flat = next(s for s in range(1, 30) if mod.draw_app(s).delegator < 0)
     rows = [row(fan, 0.5, {"lru": 0.30, "pbkv-ta": 0.31, "oracle": 0.33, "infinite": 0.45},
@@ -40,7 +40,7 @@ def test_table_and_summary(monkeypatch):
 
 @pytest.mark.slow
 def test_one_application_runs_every_variant(monkeypatch, tmp_path):
-    mod = load_script(monkeypatch, "prefix_hold")
+    mod = load_script("prefix_hold")
     monkeypatch.setattr(mod, "WORKFLOWS", 10)
     monkeypatch.setattr(mod, "CAPACITY", [1.0])
     rows = mod.run_app(1, tmp_path)

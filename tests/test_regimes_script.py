@@ -16,8 +16,8 @@ def _row(workload: str, held: float | None) -> dict:
             "gpu_blocks": 1000, "results": results}
 
 
-def test_table_gives_the_oracle_below_the_held_bound(monkeypatch):
-    mod = load_script(monkeypatch, "regimes")
+def test_table_gives_the_oracle_below_the_held_bound():
+    mod = load_script("regimes")
     text = mod.table([_row("gaia", 0.38), _row("mix", 0.36), _row("old", None), _row("coding", 0.345)])
     lines = text.splitlines()
     assert lines[2] == ("| gaia | 1 | 8 | 0.5 | 1,000 | 25.0 | pbkv-ta | 33.0 | 33.0 | 35.0 | 38.0 | 50.0 | 3.0 "
@@ -28,13 +28,13 @@ def test_table_gives_the_oracle_below_the_held_bound(monkeypatch):
             "orders the calls differently); the best agentrt policy reaches 0.87-0.96 of it.") in text
 
 
-def test_the_sweep_runs_the_held_bound(monkeypatch):
-    mod = load_script(monkeypatch, "regimes")
+def test_the_sweep_runs_the_held_bound():
+    mod = load_script("regimes")
     assert {"oracle", "belady-held", "belady"} <= set(mod.POLICIES)
 
 
-def test_a_rerun_replaces_only_the_policies_it_ran(monkeypatch):
-    mod = load_script(monkeypatch, "results")
+def test_a_rerun_replaces_only_the_policies_it_ran():
+    mod = load_script("results")
     old = [dict(_row("gaia", 0.38), command="agentrt bench ...", seconds=9.0),
            dict(_row("gaia", 0.38), capacity_factor=1.0)]
     new = {"tool_scale": 1.0, "concurrency": 8, "capacity_factor": 0.5, "seconds": 2.0,

@@ -9,22 +9,22 @@ import re
 from bench_scripts import load_script
 
 
-def test_the_page_is_what_its_json_renders(monkeypatch):
-    page = load_script(monkeypatch, "results_page")
+def test_the_page_is_what_its_json_renders():
+    page = load_script("results_page")
     assert page.PAGE.read_text() == page.render(), \
-        "docs/results.md differs from its JSON: run python benchmarks/results_page.py"
+        "docs/results.md differs from its JSON: run python -m benchmarks.results_page"
     assert page.PAGE.read_text().count("\n") <= 400
 
 
-def test_every_link_into_the_details_names_a_heading_there(monkeypatch):
-    page = load_script(monkeypatch, "results_page")
+def test_every_link_into_the_details_names_a_heading_there():
+    page = load_script("results_page")
     heads = {page.anchor(h) for h in re.findall(r"^#+ (.+)$", page.DETAILS.read_text(), flags=re.M)}
     links = re.findall(r"notes/results-details\.md#([\w-]+)", page.PAGE.read_text())
     assert links and set(links) <= heads
 
 
 def test_a_changed_figure_changes_the_page(monkeypatch, tmp_path):
-    page = load_script(monkeypatch, "results_page")
+    page = load_script("results_page")
     for rel in ("gaia-gpu6430.json", "router_bounds.json", "schedulers.json"):
         dst = tmp_path / rel
         dst.write_text((page.RESULTS / rel).read_text())

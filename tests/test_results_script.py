@@ -13,7 +13,7 @@ def _row(hit, ttft=1.0, e2e=10.0, **flags):
 
 
 def test_summary_compares_the_best_policy_with_lru_and_with_the_held_bound(monkeypatch, tmp_path):
-    mod = load_script(monkeypatch, "results")
+    mod = load_script("results")
     (tmp_path / "results").mkdir()
     results = {"lru": _row(0.2, 2.0, 20.0), "pbkv-ta": _row(0.3, 1.0, 10.0), "cachesage": _row(0.25),
                "oracle": _row(0.35, bound=True), "belady-held": _row(0.4, None, None, bound=True, offline=True),
@@ -27,8 +27,8 @@ def test_summary_compares_the_best_policy_with_lru_and_with_the_held_bound(monke
                    "| pbkv-ta 1.50x | 0.75 | 2.00x | 2.00x |")
 
 
-def test_of_bound_without_the_bound_is_a_dash(monkeypatch):
-    mod = load_script(monkeypatch, "results")
+def test_of_bound_without_the_bound_is_a_dash():
+    mod = load_script("results")
     assert mod.of_bound(_row(0.3), None) == "-"
     assert mod.of_bound(_row(0.3), _row(0.0)) == "-"
     assert mod.of_bound(_row(0.3), _row(0.6)) == "0.50"

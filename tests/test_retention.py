@@ -182,11 +182,11 @@ def test_bench_flags_for_retention_are_checked():
             bench_spec(**base, **extra).validate()
 
 
-def test_the_docs_table_is_rendered_from_the_saved_runs(monkeypatch):
+def test_the_docs_table_is_rendered_from_the_saved_runs():
     """docs/notes/results-details.md's retention table is what benchmarks/retain_hints.py renders from its JSON."""
     import json
     from bench_scripts import BENCHMARKS, load_script
-    mod = load_script(monkeypatch, "retain_hints")
+    mod = load_script("retain_hints")
     saved = {tuple(d["regime"][k] for k in mod.KEY): d["runs"]
              for d in json.loads((BENCHMARKS.parent / "docs/results/retain_hints.json").read_text())}
     text = mod.table([(row, saved[tuple(row[k] for k in mod.KEY)]) for row in mod.rows(1.3)], 0.5)

@@ -12,8 +12,8 @@ def fig(hit: float, p99: float = 1.0, imb: float = 1.0, busy: tuple[float, ...] 
     return out
 
 
-def test_table_counts_the_targets(monkeypatch):
-    mod = load_script(monkeypatch, "router_generalise")
+def test_table_counts_the_targets():
+    mod = load_script("router_generalise")
     base = {"round-robin": fig(0.1), "least-loaded": fig(0.1), "session": fig(0.2)}
     runs = [{"seed": 1, "replicas": 4, "ceiling_hit_rate": 0.5,
              "routers": {**base, "prefix": fig(0.20, 2.0, 1.1),
@@ -33,7 +33,7 @@ def test_table_counts_the_targets(monkeypatch):
 
 
 def test_one_application_runs_every_router(monkeypatch):
-    mod = load_script(monkeypatch, "router_generalise")
+    mod = load_script("router_generalise")
     monkeypatch.setattr(mod, "PER", 4)
     r = mod.run_app(3, 2)
     assert r["seed"] == 3 and r["replicas"] == 2 and set(r["routers"]) == set(mod.ROUTERS)

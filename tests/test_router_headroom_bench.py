@@ -7,7 +7,7 @@ from bench_scripts import load_script
 
 
 def test_one_line_bounds_every_router_run(monkeypatch):
-    mod = load_script(monkeypatch, "router_headroom")
+    mod = load_script("router_headroom")
     monkeypatch.setitem(mod.WORKFLOWS, "team", 8)
     line = mod.run_line("team", 2, ["prefix", "agent"])
     assert set(line["routers"]) == {"prefix", "agent"}
@@ -16,8 +16,8 @@ def test_one_line_bounds_every_router_run(monkeypatch):
     assert line["bound"] == max(r["held_bound"] for r in line["routers"].values())
 
 
-def test_table_states_the_bound_against_prefix_and_the_target(monkeypatch):
-    mod = load_script(monkeypatch, "router_headroom")
+def test_table_states_the_bound_against_prefix_and_the_target():
+    mod = load_script("router_headroom")
 
     def fig(hit, placed, held, plain):
         return {"hit_rate": hit, "placement_bound": placed, "held_bound": held, "min_bound": plain}
@@ -27,7 +27,7 @@ def test_table_states_the_bound_against_prefix_and_the_target(monkeypatch):
              "routers": {"prefix": fig(0.67, 0.7, 0.77, 0.77), "agent": fig(0.66, 0.7, 0.77, 0.77)}},
             {"workload": "mooncake", "replicas": 4, "ceiling_hit_rate": 0.23, "bound": 0.21,
              "routers": {"prefix": fig(0.06, 0.1, 0.21, 0.23), "agent": fig(0.06, 0.1, 0.21, 0.23)}}]
-    text = mod.markdown({"settings": {"command": "python benchmarks/router_headroom.py"}, "seconds": 3,
+    text = mod.markdown({"settings": {"command": "python -m benchmarks.router_headroom"}, "seconds": 3,
                          "runs": runs})
     rows = text.splitlines()[-3:]
     assert rows[0] == "| gaia | 4 | 80.0 | 30.0 | 36.0 | 44.0 | 27.0 | 33.0 | 43.0 | 62.0 | 1.20 | 1.47 | yes | 0.63 |"

@@ -32,7 +32,7 @@ def fake_runs(mod, monkeypatch, knee: dict[str, float]):
 
 @pytest.mark.parametrize("knee_x, expect_past_top", [(1.1, False), (1.4, True)])
 def test_refine_bisects_and_goes_past_the_grid_top(monkeypatch, knee_x, expect_past_top):
-    mod = load_script(monkeypatch, "sched_goodput")
+    mod = load_script("sched_goodput")
     grid = [0.5, 0.8, 1.0, 1.2]
     knee = {"fcfs+lru": 0.9, "agent+pbkv-ta": knee_x}
     d = {"workflows": 10, "goodput_grid": [{"rate": r} for r in grid],
@@ -49,7 +49,7 @@ def test_refine_bisects_and_goes_past_the_grid_top(monkeypatch, knee_x, expect_p
 
 @pytest.mark.parametrize("fcfs_knee, agent_knee", [(0.7, 1.4), (0.9, 1.1)])
 def test_oracle_goodput_scans_down_or_up_then_bisects(monkeypatch, fcfs_knee, agent_knee):
-    mod = load_script(monkeypatch, "sched_goodput")
+    mod = load_script("sched_goodput")
     grid = [0.5, 0.8, 1.0, 1.2]
     knee = {"fcfs+oracle": fcfs_knee, "agent+oracle": agent_knee}
     d = {"workflows": 10, "goodput_grid": [{"rate": r} for r in grid], "goodput": {"fcfs+lru": 0.8}}

@@ -18,8 +18,8 @@ def small_trace(mod, tmp: Path, sybils: int) -> Path:
     return mod.with_sybils(base, sybils, tmp) if sybils else base
 
 
-def test_sybil_trace_keeps_every_call_and_holds_the_workflows_open(monkeypatch, tmp_path):
-    mod = load_script(monkeypatch, "tenant_dilution")
+def test_sybil_trace_keeps_every_call_and_holds_the_workflows_open(tmp_path):
+    mod = load_script("tenant_dilution")
     base = small_trace(mod, tmp_path, 0)
     path = mod.with_sybils(base, 5, tmp_path)
     _, base_calls = read_trace(base)
@@ -34,8 +34,8 @@ def test_sybil_trace_keeps_every_call_and_holds_the_workflows_open(monkeypatch, 
     assert {c.input_length for c in sybil} == {64, 80}
 
 
-def test_render_names_every_label_and_the_commands(monkeypatch):
-    mod = load_script(monkeypatch, "tenant_dilution")
+def test_render_names_every_label_and_the_commands():
+    mod = load_script("tenant_dilution")
     stats = {"hit_rate": 0.5, "ttft_p90_s": 1.0, "wait_max_s": 2.0}
     seeds = {str(s): {"command": f"agentrt bench s{s}", "a": stats, "b": stats} for s in mod.SEEDS}
     doc = {"old": {"rate_a": 0.01, "rows": {"A and B": seeds}}, "new": {"rate_a": 0.01, "rows": {"A and B": seeds}}}
@@ -45,8 +45,8 @@ def test_render_names_every_label_and_the_commands(monkeypatch):
 
 
 @pytest.mark.slow
-def test_idle_tenants_do_not_hold_the_real_tenants_calls(monkeypatch, tmp_path):
-    mod = load_script(monkeypatch, "tenant_dilution")
+def test_idle_tenants_do_not_hold_the_real_tenants_calls(tmp_path):
+    mod = load_script("tenant_dilution")
     waits = {}
     train = small_trace(mod, tmp_path, 0)            # every workflow scored in both runs
     for n in (0, 20):

@@ -1,6 +1,6 @@
 """Fuzzing the trace reader: no input gives a traceback or a hang (issue 11, item 5).
 
-Malformed traces come from tests/trace_mutations.py (valid seeds mutated by byte flips, truncation,
+Malformed traces come from benchmarks/trace_mutations.py (valid seeds mutated by byte flips, truncation,
 gzip corruption, deep nesting, huge numbers, surrogates, wrong types, missing fields, unchained
 hash ids, id collisions, unsorted starts), driven by hypothesis. 1,000 go through the reader API
 and `agentrt stats`, 300 more through `agentrt bench`; each example runs under a time limit, so a
@@ -28,7 +28,7 @@ from agentrt.errors import AgentrtError, TraceError, TraceWarning
 from agentrt.trace.reader import TraceReader
 from agentrt.trace.writer import write_trace
 from agentrt.workloads.stats import compute_stats
-from trace_mutations import make_case
+from benchmarks.trace_mutations import make_case
 
 LIMIT_S = 20
 runner = CliRunner()

@@ -16,8 +16,8 @@ def _doc() -> dict:
             "runs": {"this checkout": {"burst": {"lru": run}, "stream": {"lru": none}}}}
 
 
-def test_table_rows_and_the_share_of_the_best_case(monkeypatch):
-    mod = load_script(monkeypatch, "vllm_preemption")
+def test_table_rows_and_the_share_of_the_best_case():
+    mod = load_script("vllm_preemption")
     text = mod.table(_doc())
     rows = [line for line in text.splitlines() if line.startswith("| this checkout")]
     assert len(rows) == 2

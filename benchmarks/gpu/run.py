@@ -1,7 +1,7 @@
 """The GPU checks, as one prepared script: what a CUDA machine can tell that this CPU cannot.
 
-    python benchmarks/gpu/run.py --out OUT_DIR            # on a CUDA machine
-    python benchmarks/gpu/run.py --dry-run --out OUT_DIR  # anywhere: every step it can check
+    python -m benchmarks.gpu.run --out OUT_DIR            # on a CUDA machine
+    python -m benchmarks.gpu.run --dry-run --out OUT_DIR  # anywhere: every step it can check
 
 Steps (each recorded in OUT_DIR/gpu_check.json with its status and figures):
 1. `env`: the device, torch and CUDA versions.
@@ -156,19 +156,20 @@ def step_model(out: Path) -> dict:
 
 ENGINE_STEPS = {
     "calibrate": ["-m", "agentrt.cli", "calibrate", "--engine", "vllm", "--help"],
-    "fidelity": [str(REPO / "benchmarks" / "fidelity.py"), "--help"],
-    "live_admission": [str(REPO / "benchmarks" / "live_admission.py"), "--help"],
+    "fidelity": ["-m", "benchmarks.fidelity", "--help"],
+    "live_admission": ["-m", "benchmarks.live_admission", "--help"],
 }
 
 
 def step_engine(name: str, have_vllm: bool, dry: bool) -> dict:
     """The engine benchmark's command; checked (it parses) in a dry run, run where vLLM is."""
     script = ENGINE_STEPS[name]
-    if not Path(script[0]).exists() and script[0] != "-m":
-        return {"status": "missing", "script": script[0]}
+    module = script[1]
+    if module.startswith("benchmarks.") and not (REPO / (module.replace(".", "/") + ".py")).exists():
+        return {"status": "missing", "script": module}
     if dry or not have_vllm:
-        path = os.pathsep.join(x for x in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if x)
-        p = subprocess.run([sys.executable, *script], capture_output=True, text=True, timeout=300,
+        path = os.pathsep.join(x for x in (str(REPO), str(REPO / "src"), os.environ.get("PYTHONPATH")) if x)
+        p = subprocess.run([sys.executable, *script], capture_output=True, text=True, timeout=300, cwd=REPO,
                            env=dict(os.environ, PYTHONPATH=path))
         return {"status": "checked" if p.returncode == 0 else "broken", "ran": False,
                 "reason": None if have_vllm else "no vLLM on this machine", "help_ok": p.returncode == 0}
@@ -177,7 +178,7 @@ def step_engine(name: str, have_vllm: bool, dry: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu.run", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="out/gpu")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)

@@ -17,7 +17,7 @@ the whole previous prompt and appends to it. Model:
   the horizon (as LHD, Beckmann et al., NSDI 2018): with S the survival under the learned
   hazard, (1 - S(end)) / integral of S. Its class is the turn of the latest request that read it.
 Turn classes are where conversations differ: on Mooncake's traces a later turn is followed up
-far more often than a first (`python benchmarks/turns.py` prints the shares). Nothing reads a
+far more often than a first (`python -m benchmarks.turns` prints the shares). Nothing reads a
 clock: times are passed in. Tables are bounded: MAX_OPEN open requests (the oldest censored
 first), MAX_BLOCKS blocks shared max-min by tenant (`runtime/tenant_lru.py`), MAX_TENANTS.
 """

@@ -1,11 +1,12 @@
 """Malformed traces for fuzzing the reader: valid seed traces and the mutations applied to them.
 
 Shared by tests/test_trace_fuzz.py (driven by hypothesis) and benchmarks/fuzz_traces.py (driven
-by a seeded `random.Random`). `make_case(rnd, tmp_dir)` writes one mutated trace and returns its
-path and the names of the mutations applied. Mutations: byte flips, invalid UTF-8, truncation,
-gzip (valid, corrupt, truncated, or plain text under a .gz name), deep nesting, huge and absurd
-numbers, lone surrogates, wrong types, missing fields, unchained hash ids, workflow-id
-collisions, shuffled and duplicated lines, header variants.
+by a seeded `random.Random`), both importing it as `benchmarks.trace_mutations`.
+`make_case(rnd, tmp_dir)` writes one mutated trace and returns its path and the names of the
+mutations applied. Mutations: byte flips, invalid UTF-8, truncation, gzip (valid, corrupt,
+truncated, or plain text under a .gz name), deep nesting, huge and absurd numbers, lone
+surrogates, wrong types, missing fields, unchained hash ids, workflow-id collisions, shuffled and
+duplicated lines, header variants.
 """
 
 from __future__ import annotations
