@@ -25,8 +25,11 @@ def cpu_stubs() -> list[str]:
 VLLM_COMMON = ["transformers>=4.45", "tokenizers>=0.20", "httpx>=0.27"]
 
 EXTRAS = {
-    # pandas: agentrt.simulate(...).to_frame(); jsonschema: bench --json against docs/results-schema.json
-    "test": ["pytest>=8", "hypothesis>=6.100", "pandas>=2", "jsonschema>=4.18", "aiohttp>=3.9"],
+    # pandas: agentrt.simulate(...).to_frame(); jsonschema: bench --json against docs/results-schema.json.
+    # pytest-xdist runs CI on both cores (`pytest -n 2 --dist loadgroup`); pytest stays below 9,
+    # whose node ids no longer take xdist 3.8's group suffix (every group would be split).
+    "test": ["pytest>=8.3,<9", "pytest-xdist>=3.6", "hypothesis>=6.100", "pandas>=2", "jsonschema>=4.18",
+             "aiohttp>=3.9"],
     # vLLM on the CPU (this project's CI): the connector, `bench --engine vllm`, the local test
     # model. pip takes torch 2.13.0+cpu from the machine's wheel dir; the stubs keep the CUDA
     # builds of torchvision, torchaudio and torchcodec out.

@@ -22,7 +22,7 @@ def test_readme_set_up_lines():
     assert lines["main"].startswith('python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[gnn]" ')
     assert lines["main"].endswith("agentrt bench")
     test = lines["test"]
-    assert 'pip install -e ".[test,serve,vllm,frameworks,ray,gnn]"' in test and test.endswith("&& pytest")
+    assert 'pip install -e ".[test,serve,vllm,frameworks,ray,gnn]"' in test and test.endswith("&& pytest -n 2 --dist loadgroup")
     assert "uninstall" not in test, "the set-up needs no manual step (cpu-stubs/ does that job)"
 
 
