@@ -82,16 +82,20 @@ def point(label: str, gen: list[str], bs: int, f: float, conc: int, tmp: Path) -
             + f" -o {label}.jsonl", "command": cmd, "on": on, "off": off}
 
 
-def run_all(tmp: Path, why: bool) -> dict:
-    rows = []
-    for bs, f in POINTS:
-        rows.append(point(f"coding-b{bs}", ["coding", *CODING], bs, f, 12, tmp))
+def run_all(tmp: Path, why: bool, done: list[dict]) -> dict:
+    """Every point, saving the JSON after each (a long sweep survives an interruption); the rows
+    of `done` (a `--resume`d file) are kept and not run again."""
+    rows = list(done)
+    todo = [(f"coding-b{bs}", ["coding", *CODING], bs, f, 12) for bs, f in POINTS]
+    todo += [(f"random-{seed}", ["random", "--workflows", "80", "--seed", str(seed), "--concurrency", "8"],
+              16, f, 8) for seed in APPS for f in (0.5, 1.0)]
+    for i, (label, gen, bs, f, conc) in enumerate(todo, 1):
+        if any(r["label"] == label and r["f"] == f for r in rows):
+            continue
+        print(f"[{i}/{len(todo)}] {label} f {f:.2f}", flush=True)
+        rows.append(point(label, gen, bs, f, conc, tmp))
         print(line(rows[-1]), flush=True)
-    for seed in APPS:
-        for f in (0.5, 1.0):
-            gen = ["random", "--workflows", "80", "--seed", str(seed), "--concurrency", "8"]
-            rows.append(point(f"random-{seed}", gen, 16, f, 8, tmp))
-            print(line(rows[-1]), flush=True)
+        OUT.write_text(json.dumps({"rows": rows, "partial": True}, indent=1))
     doc = {"rows": rows}
     if why:
         from benchmarks.lru_regret import analyse
@@ -102,7 +106,10 @@ def run_all(tmp: Path, why: bool) -> dict:
             if row is None:
                 continue
             pols = ["cachesage", "pbkv-lae", "pbkv-he", "pbkv-ta"]
-            res = analyse(tmp / f"{row['label']}.jsonl", row["gpu_blocks"], pols)
+            path = tmp / f"{row['label']}.jsonl"
+            if not path.exists():        # a resumed row: regenerate its trace
+                cli(*shlex.split(row["generate"])[1:-2], "-o", str(path))
+            res = analyse(path, row["gpu_blocks"], pols)
             doc["why"].append({"label": row["label"], "block_size": bs, "f": f,
                                "gpu_blocks": row["gpu_blocks"], "policies": pols, "result": res})
     return doc
@@ -167,13 +174,18 @@ def why_tables(doc: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.coding_long", description=__doc__.splitlines()[0])
     ap.add_argument("--why", action="store_true", help="also the per-call-kind and decision tables")
+    ap.add_argument("--resume", action="store_true",
+                    help=f"keep the points already in {OUT.relative_to(DOCS.parent)} and run the rest")
     sweep_flags(ap, json_name=str(OUT.relative_to(DOCS.parent)), jobs=False)
     a = ap.parse_args()
     if a.docs_only:
+        if not OUT.exists():
+            ap.error(f"--docs-only: {OUT.relative_to(DOCS.parent)} does not exist (run the sweep first)")
         doc = json.loads(OUT.read_text())
     else:
         with tempfile.TemporaryDirectory(prefix="agentrt-coding-long-") as d:
-            doc = run_all(Path(d), a.why)
+            done = json.loads(OUT.read_text())["rows"] if a.resume and OUT.exists() else []
+            doc = run_all(Path(d), a.why, done)
         OUT.write_text(json.dumps(doc, indent=1))
     if a.no_docs:
         return
@@ -183,7 +195,9 @@ def main() -> None:
           + "` (docs/results/coding_long.json has every command). Traces:\n\n"
           + "\n".join(f"    {g}" for g in gens) + "\n\nand each point's run `agentrt bench --trace TRACE "
           f"--gpu-blocks B --policies lru,{','.join(AGENTRT)},oracle`, then the agentrt policies again "
-          "with `--no-safety-net`.\n\n" + tables(doc) + why_tables(doc))
+          "with `--no-safety-net`.\n\n"
+          + (f"Partial: {len(rows)} points of the sweep so far (`--resume` runs the rest).\n\n"
+             if doc.get("partial") else "") + tables(doc) + why_tables(doc))
 
 
 if __name__ == "__main__":

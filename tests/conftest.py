@@ -32,13 +32,15 @@ needs_shared = pytest.mark.skipif(
 
 @pytest.hookimpl(tryfirst=True)      # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`pytest -n 2 --dist loadgroup`, the README's CI line), every test that
-    runs a real vLLM goes to one worker: the session's servers (each holding its KV memory until
-    the session ends) are started once, and two engines never compete for the two cores and the
-    memory while the other worker runs the simulator's tests."""
+    """Under pytest-xdist (`pytest -n 2 --dist loadgroup`, the README's CI line), the tests that
+    share the session's vLLM servers (`vllm_servers`) go to one worker, so each server starts
+    once; the tests that start engines of their own form a second group, which the other worker
+    takes between the simulator's tests. Each worker runs one live-engine test at a time."""
     for item in items:
-        if "tiny_model" in item.fixturenames or requires_vllm.mark in item.iter_markers("skipif"):
+        if "vllm_servers" in item.fixturenames:
             item.add_marker(pytest.mark.xdist_group("vllm"))
+        elif "tiny_model" in item.fixturenames or requires_vllm.mark in item.iter_markers("skipif"):
+            item.add_marker(pytest.mark.xdist_group("vllm-own"))
 
 
 def write_lines(path: Path, objs: list) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -29,18 +30,30 @@ def tiny_model():
     return str(build_model(default_model_dir("tiny"), "tiny"))
 
 
+MAX_LIVE_SERVERS = 4   # session servers kept at once: each holds about 1.5 GiB in three processes
+
+
 @pytest.fixture(scope="session")
 def vllm_servers(tiny_model, tmp_path_factory):
+    """`get(**config)`: the session's server of that config, started on first use. At most
+    MAX_LIVE_SERVERS stay up (the least recently asked for is stopped first), so a session's
+    servers cannot run the machine out of memory; a test uses at most two at once."""
     from agentrt.local.launch import VLLMServer
-    started: dict = {}
+    started: OrderedDict = OrderedDict()
     logs = tmp_path_factory.mktemp("vllm-logs")
+    count = 0
 
     def get(**config):
+        nonlocal count
         key = repr(sorted(config.items()))
-        if key not in started:
-            srv = VLLMServer(tiny_model, log_path=str(logs / f"server-{len(started)}.log"),
-                             die_with_parent=True, **config)
-            started[key] = srv.start()
+        if key in started:
+            started.move_to_end(key)
+            return started[key]
+        while len(started) >= MAX_LIVE_SERVERS:
+            started.popitem(last=False)[1].stop()
+        srv = VLLMServer(tiny_model, log_path=str(logs / f"server-{count}.log"), die_with_parent=True, **config)
+        count += 1
+        started[key] = srv.start()
         return started[key]
 
     yield get
