@@ -1,9 +1,10 @@
-"""What the LRU safety net costs the policies where they win: the 80-regime table with the net
-(docs/results/regimes/*.json after `python -m benchmarks.regimes --workflows 80 --rerun
-cachesage,kvflow,pbkv-lae,pbkv-he,pbkv-ta`) against the same table before the net existed (the
-same files at an earlier git revision, `--before`).
+"""What the LRU safety net costs the policies where they win: the 80-regime table and the drawn
+applications with the net (docs/results/regimes/*.json and docs/results/generalise.json after
+`python -m benchmarks.regimes --workflows 80 --rerun P,P` and `python -m benchmarks.generalise
+--rerun P,P`, P the agentrt policies) against the same tables before the net existed (the same
+files at an earlier git revision, `--before`).
 
-    python -m benchmarks.net_cost --before 384a1e3 [--json docs/results/net_cost.json]
+    python -m benchmarks.net_cost --before bf38d6b [--json docs/results/net_cost.json]
 
 Same traces, same memory, same commands: the only change between the two is the net (and any
 policy change between the revisions, which is why `--before` should be the last revision whose
@@ -23,28 +24,30 @@ from pathlib import Path
 from benchmarks.regimes import AGENTRT, WORKLOADS
 from benchmarks.results import DOCS
 
-KEY = ("workload", "tool_scale", "concurrency", "capacity_factor")
+TABLES = {"regimes": ([f"docs/results/regimes/{w}.json" for w in WORKLOADS],
+                       ("workload", "tool_scale", "concurrency", "capacity_factor")),
+          "applications": (["docs/results/generalise.json"], ("seed", "capacity_factor"))}
 
 
-def rows_at(rev: str | None) -> dict[tuple, dict]:
-    """The regime rows, keyed, from the working tree (`rev` None) or from git at `rev`."""
+def rows_at(rev: str | None, table: str) -> dict[tuple, dict]:
+    """A table's rows, keyed, from the working tree (`rev` None) or from git at `rev`."""
+    files, key = TABLES[table]
     out = {}
-    for w in WORKLOADS:
-        rel = f"docs/results/regimes/{w}.json"
+    for rel in files:
         if rev is None:
             text = (DOCS.parent / rel).read_text()
         else:
             text = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=DOCS.parent, check=True,
                                   capture_output=True, text=True).stdout
         for r in json.loads(text)["rows"]:
-            out[tuple(r[k] for k in KEY)] = r
+            out[tuple(r[k] for k in key)] = r
     return out
 
 
 def compare(before: dict[tuple, dict], after: dict[tuple, dict]) -> dict:
     missing = sorted(set(before) ^ set(after))
     if missing:
-        raise SystemExit(f"error: the two tables differ in their regimes: {missing[:3]}")
+        raise SystemExit(f"error: the two tables differ in their rows: {missing[:3]}")
     per = {}
     for p in AGENTRT:
         fell, drop, gain, moved_without = [], (0.0, None), (0.0, None), []
@@ -62,18 +65,18 @@ def compare(before: dict[tuple, dict], after: dict[tuple, dict]) -> dict:
                 gain = (d, list(key))
         per[p] = {"fell_back": fell, "largest_drop": drop, "largest_gain": gain,
                   "changed_without_a_fallback": moved_without}
-    return {"regimes": len(after), "policies": per}
+    return {"rows": len(after), "policies": per}
 
 
-def render(doc: dict) -> str:
-    lines = [f"{doc['regimes']} regimes, hit rate with the net against before it (points):"]
+def render(doc: dict, table: str) -> str:
+    lines = [f"{table}: {doc['rows']} rows, hit rate with the net against before it (points):"]
     for p, r in doc["policies"].items():
         d, dk = r["largest_drop"]
         g, gk = r["largest_gain"]
         lines.append(f"  {p:10s} fell back in {len(r['fell_back']):2d}; largest drop {d:+.2f}"
-                     + (f" ({dk[0]} tool x{dk[1]:g} c{dk[2]} f{dk[3]:g})" if dk else "")
-                     + f", largest gain {g:+.2f}" + (f" ({gk[0]} tool x{gk[1]:g} c{gk[2]} f{gk[3]:g})" if gk else "")
-                     + (f"; {len(r['changed_without_a_fallback'])} regimes changed without a fallback"
+                     + (f" ({' '.join(str(x) for x in dk)})" if dk else "")
+                     + f", largest gain {g:+.2f}" + (f" ({' '.join(str(x) for x in gk)})" if gk else "")
+                     + (f"; {len(r['changed_without_a_fallback'])} rows changed without a fallback"
                         if r["changed_without_a_fallback"] else ""))
     return "\n".join(lines)
 
@@ -85,9 +88,10 @@ def main() -> None:
     a = ap.parse_args()
     if a.json and not a.json.parent.is_dir():
         ap.error(f"--json: directory {a.json.parent} does not exist")
-    doc = compare(rows_at(a.before), rows_at(None))
-    doc["command"] = f"python -m benchmarks.net_cost --before {a.before}"
-    print(render(doc))
+    doc = {"command": f"python -m benchmarks.net_cost --before {a.before}", "before": a.before}
+    for table in TABLES:
+        doc[table] = compare(rows_at(a.before, table), rows_at(None, table))
+        print(render(doc[table], table))
     if a.json:
         a.json.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {a.json}")

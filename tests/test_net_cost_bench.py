@@ -23,11 +23,11 @@ def test_drops_gains_and_changes_without_a_fallback_are_told_apart():
     he, ta = doc["policies"]["pbkv-he"], doc["policies"]["pbkv-ta"]
     assert he["largest_drop"] == (pytest.approx(-1.0), list(k1)) and len(he["fell_back"]) == 1
     assert ta["fell_back"] == [] and ta["changed_without_a_fallback"] == [{"regime": list(k2), "points": pytest.approx(0.2)}]
-    text = nc.render(doc)
-    assert "pbkv-he    fell back in  1; largest drop -1.00 (coding tool x1 c8 f0.5)" in text
-    assert "1 regimes changed without a fallback" in text
+    text = nc.render(doc, "regimes")
+    assert "pbkv-he    fell back in  1; largest drop -1.00 (coding 1.0 8 0.5)" in text
+    assert "1 rows changed without a fallback" in text and text.startswith("regimes: 2 rows")
 
 
 def test_tables_over_different_regimes_are_refused():
-    with pytest.raises(SystemExit, match="differ in their regimes"):
+    with pytest.raises(SystemExit, match="differ in their rows"):
         nc.compare({("a", 1.0, 8, 0.5): row({p: 0.5 for p in nc.AGENTRT})}, {})
