@@ -99,7 +99,27 @@ def regimes() -> str:
             f"| best agentrt policy vs LRU, points | {spread(vs_lru, '{:+.1f}')} |\n"
             f"| pbkv-ta vs LRU, points | {spread(ta_lru, '{:+.1f}')} |\n"
             f"| regimes where the best agentrt policy is > 0.5 points below LRU | {sum(x < -0.5 for x in vs_lru)} |\n"
-            f"| regimes where pbkv-ta is > 0.5 points below LRU | {sum(x < -0.5 for x in ta_lru)} |\n")
+            f"| regimes where pbkv-ta is > 0.5 points below LRU | {sum(x < -0.5 for x in ta_lru)} |\n"
+            "\nEvery agentrt policy runs inside the LRU safety net (the default; `--no-safety-net` turns it "
+            "off)." + long_sessions() + "\n")
+
+
+def long_sessions() -> str:
+    """One sentence on the long coding-agent sessions (docs/results/coding_long.json), where the
+    published pbkv-he is measured against LRU at the median over memory sizes."""
+    doc = load("coding_long.json")
+    if doc is None or not doc.get("rows"):
+        return ""
+    from benchmarks.coding_long import AGENTRT, BASELINES, diffs, ratios
+    own = [p for p in AGENTRT if p not in BASELINES]
+    rows = [r for r in doc["rows"] if r["label"].startswith("coding")]
+    worst_hit = max(((-statistics.median(diffs(r, p)), p) for r in rows for p in own), default=(0.0, "-"))
+    worst_ttft = max(((statistics.median(ratios(r, p, "ttft_mean_s")), p) for r in rows for p in own),
+                     default=(1.0, "-"))
+    return (f" On long coding-agent sessions ({len(rows)} settings of block size and memory, each the median "
+            f"over five memory sizes; `python -m benchmarks.coding_long`) the largest shortfall of an agentrt "
+            f"policy against LRU with the net is {worst_hit[0]:.1f} points of hit rate ({worst_hit[1]}) and its "
+            f"mean TTFT up to {worst_ttft[0]:.2f}x LRU's ({worst_ttft[1]}).")
 
 
 def admission() -> str:
