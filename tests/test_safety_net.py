@@ -106,25 +106,30 @@ def test_shadow_halves_its_rate_to_stay_near_its_target():
     assert sh.sampler.keys_of("a", list(range(5000))) != sh.sampler.keys_of("b", list(range(5000)))
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), min_size=1, max_size=12),
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 120), st.integers(0, 40), st.integers(0, 3)), min_size=1,
+                max_size=12),
        st.integers(0, 3))
 def test_a_threads_next_prompt_reuses_its_sampled_prefix(prompts, bits):
     """Chained ids: prompts that share a prefix share its ids up to where they part; the sampled
-    blocks found by reusing the previous prompt are those a fresh scan finds."""
-    from agentrt.runtime.key_sampler import KeySampler
+    blocks found by reusing the previous prompt (of which only every MARK-th id is kept) are
+    those a fresh scan finds."""
+    from agentrt.runtime.key_sampler import MARK, KeySampler
     s, fresh = KeySampler(), KeySampler()
     for _ in range(bits):
         s.halve()
         fresh.halve()
     base: list[int] = []
-    for i, (keep, add) in enumerate(prompts):
-        # a prompt that keeps `keep` blocks of the last one and adds `add` new ones (chained ids)
+    for i, (keep, add, partial) in enumerate(prompts):
+        # a prompt that keeps `keep` blocks of the last one and adds `add` new ones (chained ids),
+        # of which the first n are full blocks
         ids = base[:keep] + [1000 * (i + 1) + j for j in range(add + 1)]
-        got = s.prompt("t", "w", "a", ids, len(ids))
+        n = max(0, len(ids) - partial)
+        got = s.prompt("t", "w", "a", ids, n)
         pos, keys = [], []
-        fresh.sample("t", ids, 0, len(ids), pos, keys)
+        fresh.sample("t", ids, 0, n, pos, keys)
         assert (got.pos, got.keys) == (pos, keys)
+        assert got.marks == ids[0:n:MARK]
         base = ids
 
 

@@ -7,7 +7,10 @@ Model
 - Hash ids are chained (a block's id depends on every block before it, in vLLM and in traces),
   so two prompts share exactly the prefix up to their last equal id. A thread's next prompt
   usually extends its last one: the shared prefix is found by a binary search over the ids, its
-  sampled blocks are reused, and only the blocks after it are hashed.
+  sampled blocks are reused, and only the blocks after it are hashed. Of the last prompt only
+  every `MARK`-th id is kept (not the prompt's whole id list, which would stay alive as long as
+  its thread; docs/notes/results-details.md, "Policy overheads"), so the search finds the shared
+  prefix to within `MARK` blocks and those few are hashed again.
 - Halving R (`halve`) invalidates what was kept; prompts are kept per (tenant, workflow, agent)
   and dropped when their workflow ends (`forget`), so the table is bounded by live threads.
 """
@@ -19,14 +22,16 @@ from bisect import bisect_left
 
 MIX = 0x9E3779B97F4A7C15      # 2^64 / golden ratio
 M64 = (1 << 64) - 1
+MARK = 16                     # every MARK-th id of a thread's last prompt is kept
 
 
 class SampledPrompt:
-    """A prompt's sampled blocks: their positions (ascending) and keys."""
-    __slots__ = ("hash_ids", "n", "pos", "keys", "bits")
+    """A prompt's sampled blocks (their positions, ascending, and keys) and its ids at positions
+    0, MARK, 2 x MARK, ... below `n` (`marks`)."""
+    __slots__ = ("marks", "n", "pos", "keys", "bits")
 
-    def __init__(self, hash_ids, n: int, pos: list[int], keys: list[int], bits: int) -> None:
-        self.hash_ids = hash_ids
+    def __init__(self, marks: list[int], n: int, pos: list[int], keys: list[int], bits: int) -> None:
+        self.marks = marks
         self.n = n
         self.pos = pos
         self.keys = keys
@@ -77,19 +82,21 @@ class KeySampler:
         prev = threads.get(agent or "")
         start, pos, keys = 0, [], []
         if prev is not None and prev.bits == self.bits:
-            ph = prev.hash_ids
-            lo, hi = 0, min(n, prev.n)
-            while lo < hi:                       # the longest equal prefix of chained ids
+            marks = prev.marks
+            # the most marks equal to this prompt's ids at their positions (chained ids: equal at
+            # a position means equal up to it), by binary search over the marks below n
+            lo, hi = 0, min(len(marks), (n + MARK - 1) // MARK)
+            while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if hash_ids[mid - 1] == ph[mid - 1]:
+                if hash_ids[(mid - 1) * MARK] == marks[mid - 1]:
                     lo = mid
                 else:
                     hi = mid - 1
-            start = lo
+            start = (lo - 1) * MARK + 1 if lo else 0     # equal up to and with the last equal mark
             cut = bisect_left(prev.pos, start)
             pos, keys = prev.pos[:cut], prev.keys[:cut]
         self.sample(tenant, hash_ids, start, n, pos, keys)
-        got = SampledPrompt(hash_ids, n, pos, keys, self.bits)
+        got = SampledPrompt(list(hash_ids[0:n:MARK]), n, pos, keys, self.bits)
         threads[agent or ""] = got
         return got
 
@@ -104,4 +111,5 @@ class KeySampler:
         self._prompts.pop((tenant, workflow), None)
 
     def state_bytes(self) -> int:
-        return sum(100 + sum(120 + 16 * len(p.keys) for p in t.values()) for t in self._prompts.values())
+        return sum(100 + sum(120 + 16 * len(p.keys) + 40 * len(p.marks) for p in t.values())
+                   for t in self._prompts.values())
