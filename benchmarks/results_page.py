@@ -83,8 +83,17 @@ def regimes() -> str:
     if not rows:
         return missing("the regime sweep", "python -m benchmarks.regimes --workflows 80")
     of_bound, vs_lru, ta_lru = [], [], []
+    below: dict[str, int] = {}              # agentrt policy -> regimes > 0.5 points below LRU
+    worst = (0.0, "", "")
     for row in rows:
         r = row["results"]
+        for p in AGENTRT:
+            if p in r:
+                d = 100 * (r[p]["hit_rate"] - r["lru"]["hit_rate"])
+                below[p] = below.get(p, 0) + (d < -0.5)
+                if d < worst[0]:
+                    worst = (d, p, f"{row['workload']} tool x{row['tool_scale']:g} c{row['concurrency']} "
+                                   f"f{row['capacity_factor']:g}")
         best = best_agentrt(r)
         if r.get("belady-held", {}).get("hit_rate"):
             of_bound.append(r[best]["hit_rate"] / r["belady-held"]["hit_rate"])
@@ -100,8 +109,14 @@ def regimes() -> str:
             f"| pbkv-ta vs LRU, points | {spread(ta_lru, '{:+.1f}')} |\n"
             f"| regimes where the best agentrt policy is > 0.5 points below LRU | {sum(x < -0.5 for x in vs_lru)} |\n"
             f"| regimes where pbkv-ta is > 0.5 points below LRU | {sum(x < -0.5 for x in ta_lru)} |\n"
-            "\nEvery agentrt policy runs inside the LRU safety net (the default; `--no-safety-net` turns it "
-            "off)." + long_sessions() + "\n")
+            f"| regimes where an agentrt policy is > 0.5 points below LRU, by policy | "
+            f"{', '.join(f'{p} {n}' for p, n in below.items() if n) or 'none'} |\n"
+            + (f"| the largest shortfall of an agentrt policy against LRU, points | {worst[0]:+.1f} "
+               f"({worst[1]}, {worst[2]}) |\n" if worst[1] else "")
+            +             "\nEvery agentrt policy runs inside the LRU safety net (the default; `--no-safety-net` turns it "
+            "off); where a policy's misses slow the replica enough to change which calls run together, "
+            "the net's shadow LRU, which replays the policy's stream, cannot see what LRU would gain on "
+            "its own ([runtime.md](runtime.md#the-lru-safety-net))." + long_sessions() + "\n")
 
 
 def long_sessions() -> str:
