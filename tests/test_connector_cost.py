@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 
 from agentrt.enginebench.connector_cost import (
-    Load, loss, paired_versus_stock, round_order, run_once, stock_reservation, summarize, variant,
-    versus_stock,
+    Load, engine_delta, loss, paired_versus_stock, round_order, run_once, stock_reservation, summarize,
+    variant, versus_stock,
 )
 from agentrt.enginebench.vllm_client import TimedTrace, summary
 from conftest import MOONCAKE_CONV, needs_shared
@@ -45,6 +45,19 @@ def test_summaries_medians_ranges_and_cost_against_stock():
     assert vs["request_throughput"] == pytest.approx(1.55 / 2.0)
     assert loss(vs) == pytest.approx(14.5 / 11 - 1)       # the worst of the three
     assert loss({"request_throughput": 1.01, "mean_ttft_s": 0.99, "mean_tpot_ms": 1.0}) == 0.0
+
+
+def test_what_the_engine_did_is_a_delta_between_two_scrapes_and_summarised_apart():
+    from agentrt.enginebench.prom import HITS, PREEMPTIONS, PROMPT, QUERIES, WANTED
+    before = dict.fromkeys(WANTED, 0.0) | {QUERIES: 1000.0, HITS: 400.0, PROMPT: 1000.0}
+    after = before | {QUERIES: 3000.0, HITS: 1400.0, PROMPT: 3000.0, PREEMPTIONS: 2.0}
+    d = engine_delta(before, after)
+    assert d == {"prefix_hit_rate": 0.5, "prefix_queries": 2000.0, "prompt_tokens": 2000.0, "preemptions": 2.0}
+    assert engine_delta(before, before)["prefix_hit_rate"] is None          # nothing asked
+    runs = [_run(2.0, 10, 10) | {"engine": d}, _run(2.0, 10, 10) | {"engine": d | {"prefix_hit_rate": 0.3}}]
+    s = summarize(runs)
+    assert s["median"]["prefix_hit_rate"] == pytest.approx(0.4) and s["range"]["prefix_hit_rate"] == [0.3, 0.5]
+    assert "prefix_hit_rate" not in paired_versus_stock({"stock": runs, "lru": runs})["lru"]
 
 
 def test_paired_ratios_cancel_drift_between_rounds():
@@ -103,4 +116,5 @@ def test_the_connectors_own_time_is_a_sliver_of_a_loaded_run(tiny_model, tmp_pat
     # answered (`vllm_client.py`): a couple of those are the client's, not the engine's
     assert r["completed"] + r["failed"] == 60 and r["failed"] <= 2, r
     assert r["connector"]["steps"] > 0 and r["connector"]["hook_s"] > 0, r
+    assert r["engine"]["prefix_queries"] > 0 and 0.0 <= r["engine"]["prefix_hit_rate"] <= 1.0, r
     assert summarize([r])["median"]["hook_share_of_run"] <= HOOK_SHARE, r

@@ -15,8 +15,11 @@ pool; only the `--kv-transfer-config` differs:
 Runs go round-robin over the variants (run 1 of every variant, then run 2, ...), so slow drift of
 a shared machine spreads over all of them, and each round starts one variant later than the last
 (`round_order`), so no variant always runs first. Per variant: the median and range over runs of the
-client's throughput, mean TTFT, mean TPOT and mean end-to-end latency, and for the agentrt
-connector its own cost from vLLM's /metrics (`agentrt_connector_hook_seconds_total` per step).
+client's throughput, mean TTFT, mean TPOT and mean end-to-end latency; what the engine did (its
+prefix-cache hit rate over the run and its preemptions, from vLLM's /metrics before and after the
+run: a variant that computes more prompt tokens pays for them in TTFT and throughput); and for
+the agentrt connector its own cost from vLLM's /metrics (`agentrt_connector_hook_seconds_total`
+per step).
 Assumptions: one engine at a time on the machine; a run's requests all complete (the client
 raises otherwise).
 """
@@ -78,6 +81,23 @@ class Load:
     sec_multiplier: float     # the client's time factor (0.001: the trace's own speed)
     blocks: int               # the KV pool (--num-gpu-blocks-override)
     requests: int = 200       # the trace's first lines replayed
+
+
+def engine_counters(base_url: str) -> dict[str, float]:
+    """vLLM's own counters (prefix-cache queries and hits, prompt tokens, preemptions)."""
+    import httpx
+
+    from agentrt.enginebench.prom import parse
+    return parse(httpx.get(base_url + "/metrics", timeout=30).text)
+
+
+def engine_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    """A run's prefix-cache hit rate (tokens), prompt tokens and preemptions from two scrapes."""
+    from agentrt.enginebench.prom import HITS, PREEMPTIONS, PROMPT, QUERIES
+    q = after[QUERIES] - before[QUERIES]
+    return {"prefix_hit_rate": (after[HITS] - before[HITS]) / q if q > 0 else None,
+            "prefix_queries": q, "prompt_tokens": after[PROMPT] - before[PROMPT],
+            "preemptions": after[PREEMPTIONS] - before[PREEMPTIONS]}
 
 
 def connector_cost(base_url: str) -> dict[str, float]:
@@ -150,8 +170,10 @@ def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir:
         pid = _engine_core_pid(srv.proc.pid)
         spy = _profiler(pid, profile_s, folded) if pid is not None else None
     try:
+        before = engine_counters(srv.base_url)
         res = run_client(srv.base_url, srv.served_name, model_dir, trace,
                          log_path=str(log_dir / f"client-{tag}.log"))
+        res["engine"] = engine_delta(before, engine_counters(srv.base_url))
         if spy is not None:
             spy.wait()
             res["profile"] = profile_breakdown(folded.read_text()) if folded.exists() else None
@@ -175,6 +197,11 @@ def summarize(runs: list[dict]) -> dict:
     out: dict = {"runs": len(runs), "median": {}, "range": {}}
     for k in METRICS:
         vals = [r[k] for r in runs if r.get(k) is not None]
+        if vals:
+            out["median"][k] = statistics.median(vals)
+            out["range"][k] = [min(vals), max(vals)]
+    for k in ("prefix_hit_rate", "preemptions"):       # what the engine did, not what it cost
+        vals = [r["engine"][k] for r in runs if r.get("engine") and r["engine"].get(k) is not None]
         if vals:
             out["median"][k] = statistics.median(vals)
             out["range"][k] = [min(vals), max(vals)]
@@ -235,6 +262,10 @@ def loss(ratio: dict) -> float:
     return worst
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
 def round_order(variants: list, run: int) -> list:
     """Round `run`'s order: the variants rotated by one place per round, so that no variant always
     runs first (on this machine a round's later runs are not exchangeable with its first: a fixed
@@ -267,7 +298,8 @@ def measure(variants: list[Variant], loads: list[Load], trace_path: str, runs: i
                 raw[v.name].append(r)
                 progress(f"{load.name} run {run + 1}/{runs} {v.name:24s} {r['duration']:7.1f} s  "
                          f"{r['request_throughput']:.2f} req/s  TTFT {r['mean_ttft_s']:.2f} s  "
-                         f"TPOT {r['mean_tpot_ms']:.1f} ms  ({time.time() - t0:.0f} s with start-up)")
+                         f"TPOT {r['mean_tpot_ms']:.1f} ms  prefix hits {_pct(r['engine']['prefix_hit_rate'])}  "
+                         f"({time.time() - t0:.0f} s with start-up)")
         summary = {name: summarize(rs) for name, rs in raw.items()}
         out[load.name] = {"sec_multiplier": load.sec_multiplier, "blocks": load.blocks, "requests": load.requests,
                           "order": "rotated",
