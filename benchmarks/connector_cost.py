@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
                     help="one more run per variant with py-spy sampling the engine core (not compared; "
                          "needs py-spy: pip install py-spy)")
+    ap.add_argument("--profile-process", choices=("engine", "worker"), default="engine",
+                    help="what --profile samples: vLLM's engine core (the scheduler) or its worker (the model runner)")
     ap.add_argument("--check", type=float, default=None, metavar="MARGIN",
                     help="exit 1 when lru (or any agentrt policy) loses more than MARGIN vs stock")
     a = ap.parse_args(argv)
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     res = measure(variants, loads, a.trace, a.runs, str(model), log_dir, a.chunk,
-                  profile_s=a.profile)
+                  profile_s=a.profile, profile_process=a.profile_process)
     info = model_info(model)
     cmd = "python -m benchmarks.connector_cost" + (f" --trace {Path(a.trace).name}" if a.label else "")
     doc = {"settings": {"command": cmd, "trace": Path(a.trace).name,

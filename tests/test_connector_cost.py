@@ -60,6 +60,23 @@ def test_what_the_engine_did_is_a_delta_between_two_scrapes_and_summarised_apart
     assert "prefix_hit_rate" not in paired_versus_stock({"stock": runs, "lru": runs})["lru"]
 
 
+def test_a_profile_is_the_share_of_samples_whose_stack_holds_each_kind():
+    from agentrt.enginebench.connector_cost import WORKER_KINDS, profile_breakdown
+    folded = ("main;worker_busy_loop (vllm/v1/executor/m.py:1);dequeue (vllm/d.py:2) 30\n"
+              "main;execute_model (vllm/v1/worker/r.py:3);forward (vllm/model_executor/models/llama.py:4) 60\n"
+              "main;execute_model (vllm/v1/worker/r.py:3);wait_for_layer_load "
+              "(vllm/distributed/kv_transfer/kv_connector/v1/base.py:5) 10\n"
+              # the attention a connector's per-layer wrapper wraps: not the connector's cost
+              "main;execute_model (vllm/v1/worker/r.py:3);wrapper (vllm/model_executor/layers/attention/"
+              "kv_transfer_utils.py:48);unified_attention (vllm/attention/a.py:6) 20\n"
+              "a line that is not a stack\n")
+    got = profile_breakdown(folded, WORKER_KINDS)
+    assert got["samples"] == 120
+    assert got["waiting for the engine core"] == pytest.approx(30 / 120)
+    assert got["execute_model"] == pytest.approx(90 / 120) and got["model forward"] == pytest.approx(60 / 120)
+    assert got["vLLM connector path"] == pytest.approx(10 / 120) and got["agentrt"] == 0.0
+
+
 def test_paired_ratios_cancel_drift_between_rounds():
     # round 2 is 20% slower for everyone: medians over rounds blur it, round-by-round ratios do not
     raw = {"stock": [_run(3.0, 6, 10), _run(2.4, 9, 13)], "lru": [_run(2.97, 6.3, 10), _run(2.37, 9.3, 13.3)]}

@@ -109,7 +109,8 @@ def connector_cost(base_url: str) -> dict[str, float]:
     return parse(text, CONNECTOR_METRICS)
 
 
-# where the engine-core process spends its samples (py-spy stacks), by the frames they contain
+# where a vLLM process spends its samples (py-spy stacks), by the frames they contain: the engine
+# core (the scheduler; `PROFILE_KINDS`) or the worker (the model runner; `WORKER_KINDS`)
 PROFILE_KINDS = {
     "waiting for the worker": ("dequeue (vllm", "acquire_read (vllm"),
     "vLLM scheduler: schedule": ("schedule (vllm/v1/core/sched/scheduler.py",),
@@ -118,18 +119,40 @@ PROFILE_KINDS = {
     "agentrt": ("agentrt/",),
     "engine I/O threads": ("process_input_sockets", "process_output_sockets"),
 }
+CONNECTOR_FRAMES = ("kv_connector", "kv_transfer", "agentrt/")
 
 
-def profile_breakdown(folded: str) -> dict:
-    """Share of py-spy's samples (folded stacks, `stack count` lines) whose stack holds each kind."""
-    total, counts = 0, {k: 0 for k in PROFILE_KINDS}
+def connector_own(stack: str) -> bool:
+    """The sample is in the connector path itself: from its first connector frame down, every
+    frame is the connector's (vLLM wraps each attention layer for a connector, so a sample in the
+    attention it wraps has a connector frame above it and is not the connector's cost)."""
+    frames = stack.split(";")
+    first = next((i for i, f in enumerate(frames) if any(m in f for m in CONNECTOR_FRAMES)), None)
+    return first is not None and all(any(m in f for m in CONNECTOR_FRAMES) for f in frames[first:])
+
+
+WORKER_KINDS = {
+    "waiting for the engine core": ("dequeue (vllm", "acquire_read (vllm"),
+    "execute_model": ("execute_model (vllm",),
+    "model forward": ("forward (vllm/model_executor",),
+    "sampling": ("sample (vllm/v1/sample",),
+    "vLLM connector path": connector_own,
+    "agentrt": ("agentrt/",),
+}
+PROCESS_TITLES = {"engine": "VLLM::EngineCore", "worker": "VLLM::Worker"}
+
+
+def profile_breakdown(folded: str, kinds: dict = PROFILE_KINDS) -> dict:
+    """Share of py-spy's samples (folded stacks, `stack count` lines) whose stack holds each kind
+    (frames containing one of its marks, or a test of the whole stack)."""
+    total, counts = 0, {k: 0 for k in kinds}
     for line in folded.splitlines():
         stack, _, n = line.rpartition(" ")
         if not n.isdigit():
             continue
         total += int(n)
-        for kind, marks in PROFILE_KINDS.items():
-            if any(m in stack for m in marks):
+        for kind, marks in kinds.items():
+            if marks(stack) if callable(marks) else any(m in stack for m in marks):
                 counts[kind] += int(n)
     return {"samples": total, **{k: v / total if total else 0.0 for k, v in counts.items()}}
 
@@ -149,17 +172,19 @@ def _profiler(pid: int, seconds: float, out: Path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _engine_core_pid(server_pid: int) -> int | None:
+def _process_pid(title: str) -> int | None:
+    """The newest process whose command line holds `title` (vLLM sets its processes' titles)."""
     import subprocess
-    out = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-f", title], capture_output=True, text=True).stdout
     pids = [int(p) for p in out.split()]
     return max(pids) if pids else None
 
 
 def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir: Path,
-             run: int, block_size: int = 32, profile_s: float = 0.0) -> dict:
+             run: int, block_size: int = 32, profile_s: float = 0.0, process: str = "engine") -> dict:
     """One server for `v`, one client run; the client's summary plus the connector's counters
-    (and, with `profile_s`, py-spy's breakdown of the engine core's time over that window)."""
+    (and, with `profile_s`, py-spy's breakdown of `process`'s time over that window: the engine
+    core or the worker)."""
     from agentrt.local.launch import VLLMServer
     tag = f"{load.name}-{v.name}-{run}"
     srv = VLLMServer(model_dir, num_blocks=load.blocks, block_size=block_size, kv_connector=v.kv,
@@ -167,7 +192,7 @@ def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir:
     srv.start()
     spy, folded = None, log_dir / f"profile-{tag}.txt"
     if profile_s > 0:
-        pid = _engine_core_pid(srv.proc.pid)
+        pid = _process_pid(PROCESS_TITLES[process])
         spy = _profiler(pid, profile_s, folded) if pid is not None else None
     try:
         before = engine_counters(srv.base_url)
@@ -176,7 +201,10 @@ def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir:
         res["engine"] = engine_delta(before, engine_counters(srv.base_url))
         if spy is not None:
             spy.wait()
-            res["profile"] = profile_breakdown(folded.read_text()) if folded.exists() else None
+            kinds = WORKER_KINDS if process == "worker" else PROFILE_KINDS
+            res["profile"] = profile_breakdown(folded.read_text(), kinds) if folded.exists() else None
+            if res["profile"] is not None:
+                res["profile"]["process"] = process
         if v.agentrt:
             time.sleep(1.5)          # the connector reports its timing at least once a second
             c = connector_cost(srv.base_url)
@@ -276,7 +304,8 @@ def round_order(variants: list, run: int) -> list:
 
 def measure(variants: list[Variant], loads: list[Load], trace_path: str, runs: int,
             model_dir: str, log_dir: Path, chunk: int = 16,
-            progress: Callable[[str], None] = print, profile_s: float = 0.0) -> dict:
+            progress: Callable[[str], None] = print, profile_s: float = 0.0,
+            profile_process: str = "engine") -> dict:
     """Every variant at every load, `runs` times round-robin (`round_order`); {load: {"variants",
     "vs_stock"}}.
     With `profile_s`, each variant's last run is also sampled by py-spy (which slows it: its
@@ -290,7 +319,8 @@ def measure(variants: list[Variant], loads: list[Load], trace_path: str, runs: i
             for v in round_order(variants, run):
                 t0 = time.time()
                 if run == runs:              # the profiled run: its figures are not compared
-                    r = run_once(v, load, trace, model_dir, log_dir, run, profile_s=profile_s)
+                    r = run_once(v, load, trace, model_dir, log_dir, run, profile_s=profile_s,
+                                 process=profile_process)
                     profiles[v.name] = r.get("profile")
                     progress(f"{load.name} profile {v.name}: {r.get('profile')}")
                     continue
