@@ -82,24 +82,22 @@ def regimes() -> str:
             for row in json.loads(f.read_text())["rows"]]
     if not rows:
         return missing("the regime sweep", "python -m benchmarks.regimes --workflows 80")
-    of_bound, vs_lru, ta_lru = [], [], []
-    below: dict[str, int] = {}              # agentrt policy -> regimes > 0.5 points below LRU
-    worst = (0.0, "", "")
+    of_bound, vs_lru = [], []
+    # agentrt policy -> [(its points over LRU, the regime)], one per regime that ran it
+    per: dict[str, list[tuple[float, str]]] = {p: [] for p in AGENTRT}
     for row in rows:
         r = row["results"]
+        where = f"{row['workload']} tool x{row['tool_scale']:g} c{row['concurrency']} f{row['capacity_factor']:g}"
         for p in AGENTRT:
             if p in r:
-                d = 100 * (r[p]["hit_rate"] - r["lru"]["hit_rate"])
-                below[p] = below.get(p, 0) + (d < -0.5)
-                if d < worst[0]:
-                    worst = (d, p, f"{row['workload']} tool x{row['tool_scale']:g} c{row['concurrency']} "
-                                   f"f{row['capacity_factor']:g}")
+                per[p].append((100 * (r[p]["hit_rate"] - r["lru"]["hit_rate"]), where))
         best = best_agentrt(r)
         if r.get("belady-held", {}).get("hit_rate"):
             of_bound.append(r[best]["hit_rate"] / r["belady-held"]["hit_rate"])
         vs_lru.append(100 * (r[best]["hit_rate"] - r["lru"]["hit_rate"]))
-        if "pbkv-ta" in r:
-            ta_lru.append(100 * (r["pbkv-ta"]["hit_rate"] - r["lru"]["hit_rate"]))
+    ta_lru = [d for d, _ in per["pbkv-ta"]]
+    below = {p: sum(d < -0.5 for d, _ in v) for p, v in per.items()}
+    worst = min(((d, p, w) for p, v in per.items() for d, w in v), default=(0.0, "", ""))
     workloads = sorted({row["workload"] for row in rows})
     return (f"{len(rows)} regimes ({', '.join(workloads)}; tool time, concurrency and memory varied; "
             f"written by `python -m benchmarks.regimes --workflows 80`), median (min-max):\n\n"
@@ -112,8 +110,8 @@ def regimes() -> str:
             f"| regimes where an agentrt policy is > 0.5 points below LRU, by policy | "
             f"{', '.join(f'{p} {n}' for p, n in below.items() if n) or 'none'} |\n"
             + (f"| the largest shortfall of an agentrt policy against LRU, points | {worst[0]:+.1f} "
-               f"({worst[1]}, {worst[2]}) |\n" if worst[1] else "")
-            +             "\nEvery agentrt policy runs inside the LRU safety net (the default; `--no-safety-net` turns it "
+               f"({worst[1]}, {worst[2]}) |\n" if worst[0] < 0 else "")
+            + "\nEvery agentrt policy runs inside the LRU safety net (the default; `--no-safety-net` turns it "
             "off); where a policy's misses slow the replica enough to change which calls run together, "
             "the net's shadow LRU, which replays the policy's stream, cannot see what LRU would gain on "
             "its own ([runtime.md](runtime.md#the-lru-safety-net))." + long_sessions() + "\n")

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentrt.enginebench import prom
 from agentrt.enginebench.vllm_client import TimedTrace, run_client
 
 METRICS = ("request_throughput", "mean_ttft_s", "mean_tpot_ms", "median_tpot_ms", "mean_e2el_s", "duration")
@@ -83,30 +84,28 @@ class Load:
     requests: int = 200       # the trace's first lines replayed
 
 
+def _scrape(base_url: str, wanted=prom.WANTED) -> dict[str, float]:
+    """The `wanted` counters of vLLM's /metrics, now (zeros for those it does not export)."""
+    import httpx
+    return prom.parse(httpx.get(base_url + "/metrics", timeout=30).text, wanted)
+
+
 def engine_counters(base_url: str) -> dict[str, float]:
     """vLLM's own counters (prefix-cache queries and hits, prompt tokens, preemptions)."""
-    import httpx
-
-    from agentrt.enginebench.prom import parse
-    return parse(httpx.get(base_url + "/metrics", timeout=30).text)
+    return _scrape(base_url)
 
 
 def engine_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
     """A run's prefix-cache hit rate (tokens), prompt tokens and preemptions from two scrapes."""
-    from agentrt.enginebench.prom import HITS, PREEMPTIONS, PROMPT, QUERIES
-    q = after[QUERIES] - before[QUERIES]
-    return {"prefix_hit_rate": (after[HITS] - before[HITS]) / q if q > 0 else None,
-            "prefix_queries": q, "prompt_tokens": after[PROMPT] - before[PROMPT],
-            "preemptions": after[PREEMPTIONS] - before[PREEMPTIONS]}
+    d = prom.delta(after, before)
+    q = d[prom.QUERIES]
+    return {"prefix_hit_rate": d[prom.HITS] / q if q > 0 else None, "prefix_queries": q,
+            "prompt_tokens": d[prom.PROMPT], "preemptions": d[prom.PREEMPTIONS]}
 
 
 def connector_cost(base_url: str) -> dict[str, float]:
     """The agentrt connector's own counters from vLLM's /metrics (zeros without the connector)."""
-    import httpx
-
-    from agentrt.enginebench.prom import parse
-    text = httpx.get(base_url + "/metrics", timeout=30).text
-    return parse(text, CONNECTOR_METRICS)
+    return _scrape(base_url, CONNECTOR_METRICS)
 
 
 # where a vLLM process spends its samples (py-spy stacks), by the frames they contain: the engine
@@ -223,13 +222,11 @@ def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir:
 def summarize(runs: list[dict]) -> dict:
     """Median and [min, max] of each compared figure over a variant's runs."""
     out: dict = {"runs": len(runs), "median": {}, "range": {}}
-    for k in METRICS:
-        vals = [r[k] for r in runs if r.get(k) is not None]
-        if vals:
-            out["median"][k] = statistics.median(vals)
-            out["range"][k] = [min(vals), max(vals)]
-    for k in ("prefix_hit_rate", "preemptions"):       # what the engine did, not what it cost
-        vals = [r["engine"][k] for r in runs if r.get("engine") and r["engine"].get(k) is not None]
+    figures = [(k, [r.get(k) for r in runs]) for k in METRICS]
+    # what the engine did, not what it cost
+    figures += [(k, [(r.get("engine") or {}).get(k) for r in runs]) for k in ("prefix_hit_rate", "preemptions")]
+    for k, vals in figures:
+        vals = [v for v in vals if v is not None]
         if vals:
             out["median"][k] = statistics.median(vals)
             out["range"][k] = [min(vals), max(vals)]
