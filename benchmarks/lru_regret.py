@@ -1,6 +1,7 @@
 """Why a policy loses to LRU: hits per call kind, and the eviction decisions it makes unlike LRU's.
 
     python -m benchmarks.lru_regret --trace coding.jsonl --gpu-blocks 14187 --policies pbkv-he,pbkv-ta
+    python -m benchmarks.lru_regret --trace coding.jsonl --gpu-blocks 14187 --policies pbkv-he --timeline 250
 
 Each policy replays the trace without the safety net (the policy's own order; the bench's 25%
 training split). Two tables:
@@ -15,6 +16,10 @@ training split). Two tables:
   left: a compacted history, a parallel instance's earlier branch), and its workflow's state:
   `run` (a call in flight), `idle` (waiting on a tool or its framework) under or over 10 s.
 Counts are of eviction calls (one decision each), so they rank causes rather than weigh tokens.
+`--timeline N` instead: when the policy loses, and when the safety net acts. Calls in LRU's
+admission order, N at a time; per window the prompt blocks LRU misses, the extra blocks the policy
+misses on the same calls without the net and with it (the default run), the running sum of the
+latter, and the share of those calls the net admitted in LRU order (fallback).
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ class Probe(Simulator):
     def __init__(self, *a, judge: bool = True, **kw) -> None:
         super().__init__(*a, **kw)
         self.by_agent = collections.defaultdict(lambda: [0, 0])
+        # (workflow, call index) -> (full prompt blocks, GPU hit blocks, admitted in fallback), first admission
+        self.per_call: dict[tuple[str, int], tuple[int, int, bool]] = {}
+        self.order: list[tuple[str, int]] = []
         self.decisions: list[list] = []        # [kind evicted, kind kept, next read v, next read u]
         self._waiting = collections.defaultdict(list)
         inner = self.observers.observe
@@ -71,6 +79,11 @@ class Probe(Simulator):
                 c = self.by_agent[e.call.agent]
                 c[0] += e.call.input_length
                 c[1] += min(e.gpu_hit * e.call.block_size, e.call.input_length - 1)
+                key = (e.call.workflow, e.call.index)
+                if key not in self.per_call:
+                    net = self.runtime.net
+                    self.per_call[key] = (e.call.n_full, e.gpu_hit, net is not None and net.fallback)
+                    self.order.append(key)
             elif type(e) is ev.CallArrived and not e.call.warmup:
                 info = e.call
                 for h in info.hash_ids[:info.n_full]:
@@ -106,11 +119,11 @@ class Probe(Simulator):
         self._waiting[(u.tenant, u.hash)].append((d, 3))
 
 
-def replay(src, opts: BenchOptions, policy: str, judge: bool) -> Probe:
+def replay(src, opts: BenchOptions, policy: str, judge: bool, net: bool = False) -> Probe:
     cfg = engine_config(opts, src.header.block_size)
     sim = Probe(cfg, make_trained_policy(policy, src, opts), src.eval_calls(),
                 concurrency=src.header.concurrency, scheduler=make_bench_scheduler(opts),
-                safety_net=False, judge=judge, record_stream=policy == "lru")
+                safety_net=net, judge=judge, record_stream=policy == "lru")
     sim.run()
     return sim
 
@@ -164,6 +177,37 @@ def _oracle_agents(src, opts, order) -> dict[str, tuple[int, float]]:
     return agent_hits(best)
 
 
+def timeline(trace: Path, gpu_blocks: int, policy: str, window: int) -> list[dict]:
+    """Per window of `window` calls in LRU's admission order (see the module docstring)."""
+    src = file_source(trace)
+    opts = BenchOptions(gpu_blocks=gpu_blocks)
+    plan_split(src, ["lru", policy], opts)
+    lru = replay(src, opts, "lru", judge=False)
+    off = replay(src, opts, policy, judge=False)
+    on = replay(src, opts, policy, judge=False, net=True)
+    rows, total = [], 0
+    for i in range(0, len(lru.order), window):
+        keys = lru.order[i:i + window]
+        miss = {name: sum(s.per_call[k][0] - s.per_call[k][1] for k in keys if k in s.per_call)
+                for name, s in (("lru", lru), ("off", off), ("on", on))}
+        total += miss["on"] - miss["lru"]
+        fb = sum(on.per_call[k][2] for k in keys if k in on.per_call)
+        rows.append({"calls": f"{i}-{i + len(keys) - 1}", "blocks": sum(lru.per_call[k][0] for k in keys),
+                     "lru_miss": miss["lru"], "extra_no_net": miss["off"] - miss["lru"],
+                     "extra_net": miss["on"] - miss["lru"], "extra_net_sum": total,
+                     "fallback_share": fb / max(1, len(keys))})
+    return rows
+
+
+def render_timeline(rows: list[dict], policy: str) -> str:
+    out = [f"| calls (LRU's order) | prompt blocks | LRU misses | {policy} extra, no net | with the net | "
+           "its running sum | in fallback |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        out.append(f"| {r['calls']} | {r['blocks']:,} | {r['lru_miss']:,} | {r['extra_no_net']:+,} | "
+                   f"{r['extra_net']:+,} | {r['extra_net_sum']:+,} | {100 * r['fallback_share']:.0f}% |")
+    return "\n".join(out)
+
+
 def render(res: dict, policies: list[str]) -> str:
     cols = ["lru", *policies, "oracle"]
     agents = sorted(res["hits"]["lru"], key=lambda a: -res["hits"]["lru"][a][0])
@@ -189,8 +233,14 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, required=True)
     ap.add_argument("--gpu-blocks", type=int, required=True)
     ap.add_argument("--policies", default="cachesage,pbkv-lae,pbkv-he,pbkv-ta")
+    ap.add_argument("--timeline", type=int, metavar="N", default=0,
+                    help="per N calls: when each policy loses to LRU and when the net acts")
     a = ap.parse_args()
     pols = a.policies.split(",")
+    if a.timeline:
+        for p in pols:
+            print(render_timeline(timeline(a.trace, a.gpu_blocks, p, a.timeline), p), "\n")
+        return
     print(render(analyse(a.trace, a.gpu_blocks, pols), pols))
 
 
