@@ -132,7 +132,9 @@ def long_sessions() -> str:
     return (f" On long coding-agent sessions ({len(rows)} settings of block size and memory, each the median "
             f"over five memory sizes; `python -m benchmarks.coding_long`) the largest shortfall of an agentrt "
             f"policy against LRU with the net is {worst_hit[0]:.1f} points of hit rate ({worst_hit[1]}) and its "
-            f"mean TTFT up to {worst_ttft[0]:.2f}x LRU's ({worst_ttft[1]}).")
+            f"mean TTFT up to {worst_ttft[0]:.2f}x LRU's ({worst_ttft[1]}): where the net falls back, a reactive "
+            f"test keeps the loss made before it can tell it from noise (`python -m benchmarks.lru_regret "
+            f"--timeline`, [results-details](notes/results-details.md#long-coding-agent-sessions)).")
 
 
 def admission() -> str:
