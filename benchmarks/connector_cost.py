@@ -95,6 +95,19 @@ def check(doc: dict, margin: float, names: list[str]) -> list[str]:
     return bad
 
 
+def command_line(argv: list[str]) -> str:
+    """The command as run, every option kept (a trace file by its name: its folder is the user's)."""
+    out, it = [], iter(argv)
+    for arg in it:
+        if arg == "--trace":
+            out += [arg, Path(next(it, "")).name]
+        elif arg.startswith("--trace="):
+            out.append("--trace=" + Path(arg[8:]).name)
+        else:
+            out.append(arg)
+    return " ".join(["python -m benchmarks.connector_cost", *out])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.connector_cost", description=__doc__.split("\n")[0])
     ap.add_argument("--trace", default=str(DEFAULT_TRACE))
@@ -139,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     res = measure(variants, loads, a.trace, a.runs, str(model), log_dir, a.chunk,
                   profile_s=a.profile, profile_process=a.profile_process)
     info = model_info(model)
-    cmd = "python -m benchmarks.connector_cost" + (f" --trace {Path(a.trace).name}" if a.label else "")
+    cmd = command_line(sys.argv[1:] if argv is None else argv)
     doc = {"settings": {"command": cmd, "trace": Path(a.trace).name,
                         "chunk": a.chunk, "runs": a.runs, "vllm": vllm_version(),
                         "model": f"{info['size']} model ({info['params']:,} parameters)",

@@ -64,6 +64,8 @@ def run(a) -> dict:
         live_args += ["--concurrency", str(a.concurrency)]
     if a.max_calls:
         live_args += ["--max-calls", str(a.max_calls)]
+    if a.engine_iterations:
+        live_args += ["--engine-iterations"]
     live = []
     for i in range(a.runs):
         out = work / f"live{i}.json"
@@ -113,7 +115,55 @@ def markdown(docs: dict[str, dict]) -> str:
                 f"| {f['live_e2e_mean_s']:.1f} ({rng(f['live_e2e_mean_s_range'], 1, 1)}) | {f['sim_e2e_mean_s']:.1f} "
                 f"| {f['output_blocks_live']:.0f} |")
     cmds = "; ".join(f"`{d['settings']['command']}`" for d in docs.values())
-    return "\n".join(lines) + f"\n\nCommands: {cmds}."
+    return "\n".join(lines) + f"\n\nCommands: {cmds}." + where_time_goes(docs)
+
+
+def where_time_goes(docs: dict[str, dict]) -> str:
+    """The runs with vLLM's iteration log: the engine's time in iterations (its compute, which the
+    preset models) against the time a call was in flight and the makespan, and mean TPOT. The
+    simulator runs an iteration whenever a call is in flight (nothing is held or loading here),
+    so its in-flight time is its busy time."""
+    rows = [(name, pol, f) for name, d in docs.items() for pol, f in d["policies"].items()
+            if f.get("live_busy_s") is not None]
+    if not rows:
+        return ""
+    out = ["", "", "Where the time goes (runs with `--engine-iterations`; medians of the live runs): the "
+           "engine's time in iterations (live: the sum of vLLM's logged iteration times; sim: the cost "
+           "model's), the time at least one call was in flight (live: at the client), and what is left: "
+           "time with a call in flight but no iteration running:", "",
+           "| trace | policy | live busy s | sim busy s | live in flight s | live in flight, no iteration s "
+           "| live makespan s | sim | live TPOT ms | sim |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, pol, f in rows:
+        lb, fl = f["live_busy_s"], f.get("live_inflight_s")
+        gap = "" if fl is None else f"{fl - lb:.1f}"
+        out.append(f"| {name} | {pol} | {lb:.1f} | {f['sim_busy_s']:.1f} | {'' if fl is None else f'{fl:.1f}'} "
+                   f"| {gap} | {f['live_makespan_s']:.1f} | {f['sim_makespan_s']:.1f} "
+                   f"| {1000 * f['live_tpot_mean_s']:.1f} | {1000 * f['sim_tpot_mean_s']:.1f} |")
+    return "\n".join(out) + inside_vllm(docs)
+
+
+def inside_vllm(docs: dict[str, dict]) -> str:
+    """Where a call's TTFT and TPOT go, from vLLM's own latency histograms (means per request):
+    the client's TTFT against vLLM's (request in at its API server to first token out), its
+    engine core's queue and prefill time; the client's TPOT against vLLM's inter-token latency."""
+    rows = [(name, pol, f) for name, d in docs.items() for pol, f in d["policies"].items() if f.get("live_phases")]
+    if not rows:
+        return ""
+
+    def ms(x, digits=0):
+        return "" if x is None else f"{1000 * x:.{digits}f}"
+    out = ["", "", "Inside vLLM (its latency histograms, mean per call, ms; medians of the live runs) against "
+           "the client's measures and the simulator's:", "",
+           "| trace | policy | client TTFT | vLLM TTFT | engine queue | engine prefill | sim TTFT | client TPOT "
+           "| vLLM inter-token | sim TPOT |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, pol, f in rows:
+        ph = f["live_phases"]
+        out.append(f"| {name} | {pol} | {ms(f['live_ttft_mean_s'])} | {ms(ph.get('ttft'))} | {ms(ph.get('queue'))} "
+                   f"| {ms(ph.get('prefill'))} | {ms(f['sim_ttft_mean_s'])} | {f['live_tpot_mean_s'] * 1000:.1f} "
+                   f"| {ms(ph.get('inter_token'), 1)} "
+                   f"| {f['sim_tpot_mean_s'] * 1000:.1f} |")
+    return "\n".join(out)
 
 
 def write_docs() -> None:
@@ -140,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=None)
     ap.add_argument("--max-calls", type=int, default=None)
     ap.add_argument("--preset-file", default=None, help="a preset from agentrt calibrate (default: measure one)")
+    ap.add_argument("--engine-iterations", action="store_true",
+                    help="vLLM logs every iteration: the JSON and docs split each run's time into the engine's "
+                         "compute and the time between its iterations")
     ap.add_argument("--work-dir", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--docs-only", action="store_true")

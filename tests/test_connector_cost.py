@@ -104,6 +104,16 @@ def test_client_summary_in_seconds():
     assert "other" not in s and "mean_ttft_ms" not in s
 
 
+def test_the_json_records_the_whole_command_with_the_trace_by_name():
+    from bench_scripts import load_script
+    cc = load_script("connector_cost")
+    argv = ["--trace", "/tmp/x/team.jsonl", "--loads", "loaded", "--variants", "stock,lru", "--runs", "3",
+            "--profile-process", "worker"]
+    assert cc.command_line(argv) == ("python -m benchmarks.connector_cost --trace team.jsonl --loads loaded "
+                                     "--variants stock,lru --runs 3 --profile-process worker")
+    assert cc.command_line(["--trace=/a/b.jsonl"]) == "python -m benchmarks.connector_cost --trace=b.jsonl"
+
+
 @requires_vllm
 def test_variants_by_name():
     assert variant("stock").kv is None and not variant("stock").agentrt

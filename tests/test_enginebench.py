@@ -88,6 +88,20 @@ vllm:prefix_cache_queries_created{engine="0"} 1.7e9
     assert prom.delta(c, {prom.HITS: 5.0})[prom.HITS] == 10.0
 
 
+def test_vllms_latency_histograms_give_mean_phases_over_a_run():
+    def scrape(q_sum, q_n, ttft_sum, ttft_n):
+        return prom.parse(f"""vllm:request_queue_time_seconds_sum{{engine="0"}} {q_sum}
+vllm:request_queue_time_seconds_count{{engine="0"}} {q_n}
+vllm:request_queue_time_seconds_bucket{{engine="0",le="0.3"}} {q_n}
+vllm:time_to_first_token_seconds_sum{{engine="0"}} {ttft_sum}
+vllm:time_to_first_token_seconds_count{{engine="0"}} {ttft_n}
+""")
+    before, after = scrape(1.0, 2, 0.5, 2), scrape(4.0, 8, 2.0, 8)    # the warm-up, then six calls
+    ph = prom.phases(prom.delta(after, before))
+    assert ph["queue"] == 0.5 and ph["ttft"] == 0.25
+    assert ph["prefill"] is None and ph["decode"] is None        # not observed: no mean
+
+
 def test_summary_reports_tenants_only_when_there_are_several():
     from agentrt.enginebench.client import CallResult, ReplayResult
     from agentrt.enginebench.summary import summarize
@@ -134,7 +148,8 @@ def test_bench_engine_vllm_short_run(tmp_path, tiny_model):
     out = tmp_path / "res.json"
     cmd = [sys.executable, "-m", "agentrt.cli", "bench", "--engine", "vllm", "--trace", str(trace),
            "--policies", "lru,pbkv-lae,belady", "--vllm-blocks", "64", "--scale", "0.5",
-           "--json", str(out), "--quiet", "--log-dir", str(tmp_path / "logs"), "--tool-hints", "0"]
+           "--json", str(out), "--quiet", "--log-dir", str(tmp_path / "logs"), "--tool-hints", "0",
+           "--engine-iterations"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "pbkv-lae" in p.stdout and "offline bounds" in p.stderr
@@ -155,4 +170,23 @@ def test_bench_engine_vllm_short_run(tmp_path, tiny_model):
         assert r["connector"]["policy"] == name and not r["connector"]["failed"]
         # each planner call before the coder's 20 ms tool wait announced it (a kv_hints action)
         assert r["connector"]["hints_actions"] == 3 and r["connector"]["hints_envelopes"] == 3
+        # vLLM's own iteration log, parsed: its compute, within the run's span (plus the warm-up's)
+        it = r["engine_iterations"]
+        assert it["iterations"] > 9 and 0 < it["busy_s"] and 0 < it["busy_share"] < 1.5
+        assert it["prefill_iterations"] >= 1 and it["decode_step_ms"]
+        # vLLM's own latency histograms, as means per call over the run
+        ph = r["engine_phases"]
+        assert ph["ttft"] > 0 and ph["prefill"] > 0 and ph["queue"] >= 0 and ph["inter_token"] > 0
+        assert r["inflight_s"] > 0
     assert doc["config"]["tool_hints"] == 0
+
+
+def test_inflight_time_is_the_union_of_the_calls_spans():
+    from agentrt.enginebench.client import CallResult
+    from agentrt.enginebench.summary import inflight
+
+    def call(sent, lat):
+        return CallResult("w", 0, 1, 0, 1, 0.1, lat, sent_at=sent)
+    # [0, 2] and [1, 3] overlap, [5, 6] is apart, one call has no send time
+    assert inflight([call(1.0, 2.0), call(0.0, 2.0), call(5.0, 1.0), CallResult("w", 1, 1, 0, 1, None, 9.0)]) == 4.0
+    assert inflight([]) == 0.0

@@ -327,6 +327,7 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
             stream, order, holds = sim.stream, sim.admitted, sim.holds
         if not (hidden_lru and name == "lru"):
             results[name] = sim.metrics.summary()
+            results[name]["busy_s"] = sim.busy_s
             net = net_summary(sim)
             if net is not None:
                 results[name]["safety_net"] = net

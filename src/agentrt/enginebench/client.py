@@ -52,6 +52,7 @@ class CallResult:
     error: str | None = None
     tenant: str = "default"
     generated: list[int] | None = None     # the answer's token ids (live answers only; dropped once used)
+    sent_at: float | None = None           # perf_counter() when the request was sent
 
 
 @dataclass(slots=True)
@@ -135,13 +136,13 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt:
                     usage = msg["usage"]
     except (httpx.HTTPError, RuntimeError, json.JSONDecodeError) as e:
         return CallResult(c.workflow, c.call, len(prompt), 0, 0, None,
-                          time.perf_counter() - t0, error=repr(e)[:300], tenant=c.tenant)
+                          time.perf_counter() - t0, error=repr(e)[:300], tenant=c.tenant, sent_at=t0)
     lat = time.perf_counter() - t0
     usage = usage or {}
     details = usage.get("prompt_tokens_details") or {}
     return CallResult(c.workflow, c.call, int(usage.get("prompt_tokens", len(prompt))),
                       int(details.get("cached_tokens") or 0), int(usage.get("completion_tokens", 0)),
-                      ttft, lat, tenant=c.tenant, generated=generated)
+                      ttft, lat, tenant=c.tenant, generated=generated, sent_at=t0)
 
 
 async def replay(base_url: str, model: str, calls: list[Call], renderer: Renderer,

@@ -6,8 +6,10 @@ per policy, then one simulator replay of exactly the calls the engine was sent (
 a preset measured on that engine (`agentrt calibrate`: its costs, KV pool, scheduler limits and
 caching point), with the same concurrency, think times and policies. Per policy (and scheduler,
 keyed `SCHEDULER+POLICY` when one is given): the live medians and ranges over runs and the
-simulator's value of hit rate, mean and p90 TTFT and mean workflow E2E; `*_ratio` is sim / live
-median. Live runs use live answers (later prompts carry the engine's own tokens), so output
+simulator's value of hit rate, mean and p90 TTFT, mean workflow E2E, mean TPOT, makespan and
+the engine's time in iterations (`busy_s`: live, from vLLM's iteration log when the runs had
+`--engine-iterations`; it splits a latency gap between the cost model's compute and the time
+between iterations, which the simulator does not model); `*_ratio` is sim / live median. Live runs use live answers (later prompts carry the engine's own tokens), so output
 blocks are reused live as in the simulator.
 """
 
@@ -19,7 +21,16 @@ from dataclasses import replace
 from pathlib import Path
 
 FIGURES = (("hit", "hit_rate"), ("ttft_mean_s", "ttft_mean_s"), ("ttft_p90_s", "ttft_p90_s"),
-           ("e2e_mean_s", "e2e_mean_s"))
+           ("e2e_mean_s", "e2e_mean_s"), ("tpot_mean_s", "tpot_mean_s"), ("makespan_s", "makespan_s"),
+           ("busy_s", "busy_s"), ("inflight_s", "inflight_s"))
+
+
+def figure(result: dict, key: str) -> float | None:
+    """A result's figure; `busy_s` (the engine's time in iterations) is the simulator's own and,
+    live, vLLM's iteration log's (`engine_iterations`, runs with --engine-iterations only)."""
+    if key == "busy_s" and "engine_iterations" in result:
+        return (result["engine_iterations"] or {}).get("busy_s")
+    return result.get(key)
 
 
 def label(policy: str, scheduler: str) -> str:
@@ -73,7 +84,7 @@ def compare(live_docs: list[dict], sim_doc: dict, policies: list[str], scheduler
             continue
         f: dict = {"runs": len(rows)}
         for short, key in FIGURES:
-            vals = [r[key] for r in rows if r.get(key) is not None]
+            vals = [v for v in (figure(r, key) for r in rows) if v is not None]
             if not vals:
                 continue
             med = statistics.median(vals)
@@ -83,6 +94,10 @@ def compare(live_docs: list[dict], sim_doc: dict, policies: list[str], scheduler
             if sim.get(key) is not None and med:
                 f[f"{short}_ratio"] = sim[key] / med
         f["output_blocks_live"] = statistics.median(r.get("output_blocks_live") or 0 for r in rows)
+        phases = [r["engine_phases"] for r in rows if r.get("engine_phases")]
+        if phases:       # vLLM's own per-request means, median over the runs
+            f["live_phases"] = {k: statistics.median(v) if (v := [ph[k] for ph in phases if ph.get(k) is not None])
+                                else None for k in phases[0]}
         out[label(p, scheduler)] = f
     return {"policies": out}
 

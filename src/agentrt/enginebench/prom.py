@@ -18,7 +18,14 @@ EXT_HITS = "vllm:external_prefix_cache_hits_total"
 PROMPT = "vllm:prompt_tokens_total"
 GENERATED = "vllm:generation_tokens_total"
 PREEMPTIONS = "vllm:num_preemptions_total"
-WANTED = (QUERIES, HITS, EXT_QUERIES, EXT_HITS, PROMPT, GENERATED, PREEMPTIONS)
+# vLLM's per-request latency histograms (their _sum and _count series): where a call's time went
+# inside vLLM. TTFT and inter-token latency are the API server's (request in to token out); queue,
+# prefill and decode are the engine core's (queued -> scheduled -> first token -> last token)
+PHASES = {"ttft": "vllm:time_to_first_token_seconds", "inter_token": "vllm:inter_token_latency_seconds",
+          "queue": "vllm:request_queue_time_seconds", "prefill": "vllm:request_prefill_time_seconds",
+          "decode": "vllm:request_decode_time_seconds", "e2e": "vllm:e2e_request_latency_seconds"}
+WANTED = (QUERIES, HITS, EXT_QUERIES, EXT_HITS, PROMPT, GENERATED, PREEMPTIONS,
+          *(f"{h}_{part}" for h in PHASES.values() for part in ("sum", "count")))
 
 
 def parse(text: str, wanted=WANTED) -> dict[str, float]:
@@ -48,3 +55,13 @@ async def scrape(client: httpx.AsyncClient, base_url: str) -> dict[str, float]:
 
 def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+
+
+def phases(d: dict[str, float]) -> dict[str, float | None]:
+    """Mean seconds per request (per token for inter_token) of each of vLLM's latency histograms
+    over a run (`d`: a `delta`); None where it observed nothing."""
+    out: dict[str, float | None] = {}
+    for name, h in PHASES.items():
+        n = d.get(f"{h}_count", 0.0)
+        out[name] = d.get(f"{h}_sum", 0.0) / n if n else None
+    return out

@@ -38,7 +38,7 @@ from pathlib import Path
 from agentrt.bench.runner import BenchOptions, plan_split, replay_concurrency
 from agentrt.bench.source import TraceSource
 from agentrt.engine.tool_hints import ToolHints
-from agentrt.enginebench import prom
+from agentrt.enginebench import iterations, prom
 from agentrt.enginebench.client import ReplayResult, replay
 from agentrt.enginebench.front import ServeFront
 from agentrt.enginebench.render import Renderer
@@ -75,6 +75,7 @@ class EngineBenchOptions:
     live_outputs: bool = True          # later prompts carry the engine's real answers (render.py)
     preset_file: str | None = None     # the gate's prefill times (a preset measured on this engine)
     baseline: str = "lru"              # the first run: lru (connector, lru), stock (no connector) or none
+    engine_iterations: bool = False    # vLLM logs each iteration; results get engine_iterations (iterations.py)
 
     def __post_init__(self) -> None:
         if self.vllm_blocks < 8:
@@ -233,6 +234,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
                 train_trace=train_trace if _needs_training(name) else None, tenant_shares=shares)
             srv = VLLMServer(str(model_dir), block_size=opts.block_size, num_blocks=opts.vllm_blocks,
                              kv_connector=kv, extra_env=env, log_path=str(log_dir / f"vllm-{label}.log"),
+                             extra_args=[iterations.FLAG] if opts.engine_iterations else [],
                              startup_timeout_s=opts.startup_timeout_s,
                              scheduling_policy="priority" if sched is not None else "fcfs",
                              die_with_parent=True)    # a killed bench leaves no server behind
@@ -250,6 +252,8 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
                     front.stop()
                 srv.stop()
             r = results[label] = summarize(res, before, after, connector_stats(ev_path))
+            if opts.engine_iterations:
+                r["engine_iterations"] = iterations.from_log(log_dir / f"vllm-{label}.log", r["makespan_s"])
             r.update(policy=name, scheduler=sched_name,
                      scheduling_policy="priority" if sched is not None else "fcfs",
                      gate=gate, tenant_shares=shares, output_blocks_live=renderer.output_blocks_live,

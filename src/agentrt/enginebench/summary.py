@@ -7,6 +7,11 @@ connector's last `stats` event and errors from its event log.
 - ttft, e2e, tpot (mean, p50, p90, p99): tpot per call of more than one output token, as
   (latency - ttft) / (output tokens - 1), as the simulator records it (engine/metrics.py);
 - throughput: prompt plus generated tokens per second from the first issue to the last finish;
+- engine_phases: vLLM's own per-request means over the run (its latency histograms): TTFT and
+  inter-token latency at its API server, queue, prefill and decode time in its engine core; the
+  client's TTFT less vLLM's is the HTTP path and the client;
+- inflight_s: how long at least one call was in flight (the union of the calls' send-to-finish
+  spans): the time the engine had work, to set against its compute (`engine_iterations`);
 - tenants (when the calls name more than one): per tenant, its calls, its hit rate from the
   cached tokens its responses report, and its TTFT, as the simulator reports them.
 Failed calls (an error recorded by the client) count in `calls` and `errors`, not in the figures.
@@ -50,11 +55,27 @@ def summarize(res: ReplayResult, before: dict, after: dict, conn: dict | None) -
         "client_hit_rate": cached / prompt if prompt else 0.0,
         "latency_mean_s": _mean([c.latency_s for c in ok]),
         "makespan_s": span,
+        "inflight_s": inflight(res.calls),
         "preemptions": int(d.get(prom.PREEMPTIONS, 0)),   # as the simulator's summary names it
         "engine_counters": d,
+        "engine_phases": prom.phases(d),
         "connector": conn,
         **_tenants(ok),
     }
+
+
+def inflight(calls: list) -> float:
+    """Seconds covered by at least one call's send-to-finish span."""
+    spans = sorted((c.sent_at, c.sent_at + c.latency_s) for c in calls if c.sent_at is not None)
+    total, end = 0.0, None
+    for a, b in spans:
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
 
 def _tenants(ok: list) -> dict:

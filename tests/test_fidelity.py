@@ -1,0 +1,60 @@
+"""agentrt.enginebench.fidelity and benchmarks/fidelity.py: live medians against the simulator
+on the same calls, the order check, and the tables (with and without vLLM's iteration log)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrt.enginebench.fidelity import compare, figure, order_agrees
+from bench_scripts import load_script
+
+fid = load_script("fidelity")
+
+
+def live(hit: float, ttft: float, busy: float | None = None) -> dict:
+    r = {"hit_rate": hit, "ttft_mean_s": ttft, "ttft_p90_s": 2 * ttft, "e2e_mean_s": 10 * ttft,
+         "tpot_mean_s": 0.01, "makespan_s": 20.0, "inflight_s": 15.0, "output_blocks_live": 5}
+    if busy is not None:
+        r["engine_iterations"] = {"busy_s": busy}
+        r["engine_phases"] = {"ttft": ttft / 2, "queue": 0.01, "prefill": ttft / 4, "inter_token": 0.008,
+                              "decode": 0.5, "e2e": 1.0}
+    return r
+
+
+def sim(hit: float) -> dict:
+    return {"hit_rate": hit, "ttft_mean_s": 0.05, "ttft_p90_s": 0.1, "e2e_mean_s": 1.0,
+            "tpot_mean_s": 0.006, "makespan_s": 15.0, "busy_s": 9.0}
+
+
+def test_busy_time_is_the_iteration_logs_live_and_the_cost_models_in_the_simulator():
+    assert figure(live(0.5, 0.1, busy=8.0), "busy_s") == 8.0
+    assert figure(live(0.5, 0.1), "busy_s") is None            # not logged: no live figure
+    assert figure(sim(0.5), "busy_s") == 9.0
+
+
+def test_live_medians_ranges_and_ratios_per_policy():
+    docs = [{"results": {"lru": live(h, t, b), "pbkv-ta": live(h + 0.1, t)}}
+            for h, t, b in ((0.50, 0.10, 8.0), (0.52, 0.30, 10.0), (0.51, 0.20, 9.0))]
+    out = compare(docs, {"results": {"lru": sim(0.53), "pbkv-ta": sim(0.64)}}, ["lru", "pbkv-ta"], "fcfs")
+    f = out["policies"]["lru"]
+    assert f["runs"] == 3 and f["live_hit"] == 0.51 and f["live_hit_range"] == [0.50, 0.52]
+    assert f["live_ttft_mean_s"] == 0.2 and f["ttft_mean_s_ratio"] == pytest.approx(0.25)
+    assert f["live_busy_s"] == 9.0 and f["sim_busy_s"] == 9.0 and f["busy_s_ratio"] == 1.0
+    assert "live_busy_s" not in out["policies"]["pbkv-ta"]
+    assert order_agrees(out["policies"]) == []
+    out["settings"] = {"command": "python -m benchmarks.fidelity --workload team"}
+    text = fid.markdown({"team": out})
+    assert "| team | lru | 51.0 (50.0-52.0) | 53.0 |" in text
+    # only lru's runs logged their iterations: one row, with the time in flight and no iteration
+    assert "Where the time goes" in text and "| team | lru | 9.0 | 9.0 | 15.0 | 6.0 | 20.0 | 15.0 | 10.0 | 6.0 |" in text
+    assert "| team | pbkv-ta | " not in text.split("Where the time goes")[1]
+    # vLLM's own phases: client TTFT 200 ms, vLLM's 100, queue 10, prefill 50; TPOT 10 ms against 8
+    assert "| team | lru | 200 | 100 | 10 | 50 | 50 | 10.0 | 8.0 | 6.0 |" in text
+
+
+def test_an_order_the_live_runs_separate_must_hold_in_the_simulator():
+    docs = [{"results": {"a": live(0.50 + d, 0.1), "b": live(0.60 + d, 0.1)}} for d in (0.0, 0.01)]
+    out = compare(docs, {"results": {"a": sim(0.7), "b": sim(0.6)}}, ["a", "b"], "fcfs")
+    assert order_agrees(out["policies"]) == ["a vs b"]
+    out["settings"] = {"command": "c"}
+    assert "Where the time goes" not in fid.markdown({"x": out})
