@@ -80,6 +80,10 @@ class Bench:
         self.a, self.trace, self.preset, self.work = a, trace, preset, work
         self.rate0 = trace_rate(trace)
         self.n = 0
+        # the simulator's pool is the live one: the preset's unless --vllm-blocks names another
+        # (vLLM keeps one block back, as the preset's kv_tokens do)
+        engine = json.loads(preset.read_text()).get("engine", {})
+        self.sim_blocks = None if engine.get("num_blocks") == a.vllm_blocks else a.vllm_blocks - 1
 
     def options(self, rate: float, scheduler: str, baseline: str, log_dir: Path):
         from agentrt.enginebench.runner import EngineBenchOptions
@@ -126,8 +130,43 @@ class Bench:
         from agentrt.enginebench.fidelity import sim_run
         if not engine_trace.exists():
             return {}
-        doc = sim_run(engine_trace, self.preset, [policy], scheduler, None, self.rate0 / rate, self.a.seed)
+        doc = sim_run(engine_trace, self.preset, [policy], scheduler, None, self.rate0 / rate, self.a.seed,
+                      self.sim_blocks)
         return doc["results"].get(policy, {})
+
+
+class SimOnlyBench(Bench):
+    """The same method with the simulator standing in for every live run (`--sim-only`): the
+    calls as the engine would be sent them, on the preset, in seconds. A screen for where the
+    live runs are worth their hour (where the simulator predicts stock vLLM past its knee), not a
+    result: the figures it writes are the simulator's, under both the live and the `sim_` keys."""
+
+    def __init__(self, a, trace: Path, preset: Path, work: Path) -> None:
+        super().__init__(a, trace, preset, work)
+        from agentrt.bench.source import file_source
+        from agentrt.enginebench.runner import write_engine_trace
+        from agentrt.local.model import build_model, default_model_dir, model_info
+        vocab = model_info(build_model(default_model_dir(a.model_size), a.model_size))["vocab"]
+        opts = self.options(self.rate0, "fcfs", "stock", work)
+        src = file_source(trace)
+        try:
+            self.engine_trace = work / "replayed-engine.jsonl"
+            write_engine_trace(self.engine_trace, src.header, list(src.eval_calls()), vocab, opts)
+        finally:
+            src.close()
+        if not self.engine_trace.exists():
+            raise SystemExit(f"{trace}: its blocks do not align with the engine's; nothing to simulate")
+
+    def live(self, pairs: list[str], rate: float) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for p in pairs:
+            pol, sched = PAIRS[p]
+            sim = self.sim(self.engine_trace, "lru" if p == "stock" else pol, sched, rate)
+            out[p] = {**{k: sim.get(k) for k in FIGURES}, "errors": 0, "calls": sim.get("calls"),
+                      "gate": None, "rate": rate, **{f"sim_{k}": sim.get(k) for k in FIGURES}}
+        print(f"  {rate:.4f}/s (simulated): " + ", ".join(
+            f"{p} E2E {out[p]['e2e_mean_s']:.1f}s p90 TTFT {out[p]['ttft_p90_s']:.2f}s" for p in pairs), flush=True)
+        return out
 
 
 def bisect(probe, known: list[tuple[float, float]], start: float, slo: float, expand: int,
@@ -186,7 +225,7 @@ def run(a) -> dict:
         agentrt("generate", a.workload, "--workflows", str(a.workflows), "--seed", str(a.seed),
                 "--rate", "1", "-o", str(trace))
         source = f"--workload {a.workload} --workflows {a.workflows} --seed {a.seed}"
-    bench = Bench(a, trace, preset, work)
+    bench = (SimOnlyBench if a.sim_only else Bench)(a, trace, preset, work)
     slo = slo_of(a, preset, trace)
     pairs = a.pairs.split(",")
     print(f"trace rate {bench.rate0:.4f} workflows/s; SLO p90 TTFT {slo:.3f} s", flush=True)
@@ -221,7 +260,7 @@ def run(a) -> dict:
     doc["settings"] = {"source": source, "pairs": pairs, "runs": a.runs, "loads": loads,
                        "rate_searched": bool(probes), "slo_given": a.slo, "model_size": a.model_size,
                        "vllm_blocks": a.vllm_blocks, "scale": a.scale, "think_scale": a.think_scale,
-                       "seed": a.seed, "trace_rate": bench.rate0, "preset": json.loads(preset.read_text()),
+                       "seed": a.seed, "trace_rate": bench.rate0, "sim_only": a.sim_only, "preset": json.loads(preset.read_text()),
                        "command": "python -m benchmarks.live_admission " + " ".join(sys.argv[1:]),
                        "seconds": round(time.time() - t0), "live_runs": bench.n}
     return doc
@@ -231,7 +270,8 @@ SMOKE = dict(workload="team", workflows=4, runs=1, bisect=0, expand=0, goodput_s
              loads="1.2", slo=600.0, vllm_blocks=64, scale=0.125, think_scale=0.05, pairs="stock,las+lru")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked, with --smoke's and --sim-only's settings applied."""
     ap = argparse.ArgumentParser(prog="python -m benchmarks.live_admission", description=__doc__.split("\n")[0])
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--trace", help="an open-loop trace file (workflows start at their timestamps)")
@@ -258,17 +298,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true", help="the CI version: " + ", ".join(
         f"{k}={v}" for k, v in SMOKE.items()))
+    ap.add_argument("--sim-only", action="store_true", help="the simulator in place of every live run, on the "
+                    "preset (a screen for where stock vLLM passes its knee; written only where --json says)")
     ap.add_argument("--docs", action="store_true", help="re-render docs/notes/results-details.md from the stored JSONs")
     a = ap.parse_args(argv)
-    if a.docs:
-        write_docs()
-        return 0
     if a.smoke:
         for k, v in SMOKE.items():
             setattr(a, k, v)
+    if a.sim_only:
+        a.runs = 1              # the simulator is deterministic: a second run repeats the first
+        if not a.json:
+            raise SystemExit("--sim-only: give --json OUT (the simulator's screen is not a live result "
+                             "and is not written among the docs' live-admission JSONs)")
     bad = [p for p in a.pairs.split(",") if p not in PAIRS]
     if bad or "stock" not in a.pairs.split(","):
         raise SystemExit(f"--pairs: unknown {bad} (of {', '.join(PAIRS)}; stock is required)")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    if a.docs:
+        write_docs()
+        return 0
     doc = run(a)
     name = Path(a.trace).stem if a.trace else a.workload
     out = Path(a.json or RESULTS / f"live-admission-{name}.json")

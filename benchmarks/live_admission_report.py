@@ -92,5 +92,7 @@ def markdown(docs: dict[str, dict]) -> str:
 def write_docs() -> None:
     docs = {p.stem.removeprefix("live-admission-"): json.loads(p.read_text())
             for p in sorted(RESULTS.glob("live-admission-*.json"))}
+    # a --sim-only screen is the simulator's prediction, not a live result: never among them
+    docs = {k: d for k, d in docs.items() if not d.get("settings", {}).get("sim_only")}
     write("live-admission", markdown(docs) if docs else "No stored run yet.")
     print("updated docs/notes/results-details.md")

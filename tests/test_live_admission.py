@@ -80,3 +80,54 @@ def test_the_ci_version_runs_end_to_end(tmp_path, tiny_model):
         assert pair["errors"] == 0
     gate = doc["runs"]["1.2"]["las+lru"][0]["gate"]
     assert gate["scheduler"] == "las" and sum(gate["releases"].values()) == doc["runs"]["1.2"]["las+lru"][0]["calls"]
+
+
+def test_sim_only_runs_the_method_in_the_simulator_on_the_engines_calls(tmp_path, tiny_model):
+    """--sim-only: the calls as the engine would be sent them, every run simulated; the live keys
+    hold the simulator's figures, the pool is the one --vllm-blocks names, and the JSON says
+    sim_only so the docs' live table never shows it."""
+    out = tmp_path / "s.json"
+    base = ["-m", "benchmarks.live_admission", "--sim-only", "--workload", "team", "--workflows", "6",
+            "--seed", "1", "--scale", "0.25", "--bisect", "1", "--expand", "3", "--goodput-steps", "0",
+            "--preset-file", str(REPO / "docs/results/engine/preset-vllm-cpu-tiny-256x32.json")]
+    docs = {}
+    for blocks in (256, 32):
+        o = tmp_path / f"s{blocks}.json"
+        p = subprocess.run([sys.executable, *base, "--vllm-blocks", str(blocks), "--json", str(o),
+                            "--work-dir", str(tmp_path / f"w{blocks}")],
+                           capture_output=True, text=True, timeout=600, cwd=REPO)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        docs[blocks] = json.loads(o.read_text())
+    d = docs[256]
+    assert d["settings"]["sim_only"] and d["settings"]["runs"] == 1 and d["sustainable_rate"] > 0
+    assert (tmp_path / "w256" / "replayed-engine.jsonl").exists()
+    for m in d["loads"]["1.2"].values():
+        assert m["e2e_mean_s"] == m["sim_e2e_mean_s"] > 0
+    # a pool of 32 blocks holds less than 256: the hit rate at the same load cannot be higher
+    assert docs[32]["loads"]["1.2"]["stock"]["hit_rate"] < d["loads"]["1.2"]["stock"]["hit_rate"]
+    p = subprocess.run([sys.executable, *base, "--vllm-blocks", "256"], capture_output=True, text=True,
+                       timeout=120, cwd=REPO)
+    assert p.returncode != 0 and "--json" in p.stderr          # never written among the live JSONs
+
+
+def test_screen_table_and_sim_only_docs_are_kept_apart(tmp_path, monkeypatch):
+    scr = load_script("live_admission_screen")
+    rows = [{"workload": "team", "workflows": 24, "scale": 0.5, "vllm_blocks": 256, "sustainable_rate": 0.55,
+             "criteria": {"best_pair": "agent+pbkv-ta", "e2e_mean_x_at_1.2": 1.004,
+                          "e2e_p99_no_worse_at_1.2": True, "goodput_x": 1.2}},
+            {"workload": "coding", "workflows": 24, "scale": 0.125, "vllm_blocks": 128,
+             "error": "stock vLLM is past the SLO at every rate tried"}]
+    md = scr.markdown({"preset": "p.json", "command": "python -m benchmarks.live_admission_screen",
+                       "seconds": 3, "rows": rows})
+    assert "| team | 24 | 0.5 | 256 | 0.550 | agent+pbkv-ta | 1.00x | True | 1.20 |" in md
+    rows[0]["goodput_lower_bound"] = True
+    assert "| True | >=1.20 |" in scr.markdown({"preset": "p", "command": "c", "seconds": 1, "rows": rows})
+    assert "| coding | 24 | 0.125 | 128 | | stock vLLM is past the SLO" in md
+    assert "Largest predicted speed-up: 1.00x (team" in md
+    rep = load_script("live_admission_report")
+    (tmp_path / "live-admission-x.json").write_text(json.dumps({"settings": {"sim_only": True}}))
+    written = {}
+    monkeypatch.setattr(rep, "RESULTS", tmp_path)
+    monkeypatch.setattr(rep, "write", lambda part, text: written.update({part: text}))
+    rep.write_docs()
+    assert written == {"live-admission": "No stored run yet."}

@@ -59,12 +59,13 @@ def live_runs(source_factory: Callable, policies: list[str], opts, runs: int, lo
 
 
 def sim_run(engine_trace: Path, preset_file: Path, policies: list[str], scheduler: str,
-            concurrency: int | None, time_scale: float, seed: int) -> dict:
-    """One simulator replay of the calls the engine was sent, on the measured preset."""
+            concurrency: int | None, time_scale: float, seed: int, gpu_blocks: int | None = None) -> dict:
+    """One simulator replay of the calls the engine was sent, on the measured preset (its pool,
+    unless `gpu_blocks` names another)."""
     from agentrt.bench.cli_spec import bench_spec
     from agentrt import defaults
     spec = bench_spec(trace=engine_trace, workload=None, policies=",".join(policies), engine="sim",
-                      gpu_blocks=None, host_blocks=0, preset=defaults.PRESET, preset_file=preset_file,
+                      gpu_blocks=gpu_blocks, host_blocks=0, preset=defaults.PRESET, preset_file=preset_file,
                       seed=seed, workflows=defaults.WORKFLOWS, concurrency=concurrency, tool_scale=1.0,
                       time_scale=time_scale, json_path=None, csv_path=None, plot=None, train=None,
                       train_fraction=0.0, predictor=None, predictor_kind="graphsage",
