@@ -11,10 +11,10 @@ workloads, token scales and pool sizes chosen to span the regimes (pool holding 
 session's context up to several), not tuned to any outcome. Each row is what the simulator
 predicts the live run would find: the best agentrt pair's mean workflow E2E speed-up over stock
 vLLM at 1.2x, whether its p99 is no worse, and goodput. These are predictions on a preset whose
-TTFT the fidelity tables show to be optimistic (docs/notes/results-details.md, "Simulator and
-engine, side by side"); they say where to look, not what the engine does.
+TTFT the fidelity tables show to be optimistic (docs/notes/results-details.md, "The simulator
+against the engine"); they say where to look, not what the engine does.
 
-Writes docs/results/engine/live-admission-screen.json (marked `sim_only`, so the live table never
+Writes docs/results/engine/admission-screen-sim.json (marked `sim_only`; the live tables never
 shows it) and the table between the `live-admission-screen` markers of
 docs/notes/results-details.md.
 """
@@ -36,7 +36,7 @@ GRID = [("team", 24, 0.5, 256), ("team", 48, 0.5, 128), ("team", 48, 0.5, 512),
         ("coding", 12, 0.125, 512), ("coding", 24, 0.0625, 128), ("coding", 24, 0.125, 256),
         ("coding", 24, 0.125, 1024), ("swebench", 24, 0.125, 96), ("swebench", 24, 0.125, 256),
         ("swebench", 24, 0.25, 512), ("mix", 48, 0.25, 128), ("mix", 48, 0.5, 512), ("mix", 96, 0.25, 256)]
-JSON = RESULTS / "live-admission-screen.json"
+JSON = RESULTS / "admission-screen-sim.json"
 
 
 def screen_one(workload: str, workflows: int, scale: float, blocks: int, preset: str, work: Path) -> dict:

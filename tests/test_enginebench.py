@@ -178,7 +178,9 @@ def test_bench_engine_vllm_short_run(tmp_path, tiny_model):
         ph = r["engine_phases"]
         assert ph["ttft"] > 0 and ph["prefill"] > 0 and ph["queue"] >= 0 and ph["inter_token"] > 0
         assert r["inflight_s"] > 0
-    assert doc["config"]["tool_hints"] == 0
+        # the header's closed loop (two workflows at a time) is the replay's, as in the simulator
+        assert r["workflows_in_flight_max"] == 2
+    assert doc["config"]["tool_hints"] == 0 and doc["config"]["concurrency"] == 2
 
 
 def test_inflight_time_is_the_union_of_the_calls_spans():
@@ -190,3 +192,16 @@ def test_inflight_time_is_the_union_of_the_calls_spans():
     # [0, 2] and [1, 3] overlap, [5, 6] is apart, one call has no send time
     assert inflight([call(1.0, 2.0), call(0.0, 2.0), call(5.0, 1.0), CallResult("w", 1, 1, 0, 1, None, 9.0)]) == 4.0
     assert inflight([]) == 0.0
+
+
+def test_workflows_in_flight_counts_workflows_not_calls():
+    from agentrt.enginebench.client import CallResult
+    from agentrt.enginebench.summary import workflows_in_flight_max
+
+    def call(wf, sent, lat):
+        return CallResult(wf, 0, 1, 0, 1, 0.1, lat, sent_at=sent)
+    # a and b overlap; a's two parallel calls count once; c starts as b ends (not together)
+    calls = [call("a", 0.0, 2.0), call("a", 0.5, 1.0), call("b", 1.0, 2.0), call("c", 3.0, 1.0)]
+    assert workflows_in_flight_max(calls) == 2
+    assert workflows_in_flight_max(calls + [call("d", 1.5, 0.1)]) == 3
+    assert workflows_in_flight_max([]) == 0

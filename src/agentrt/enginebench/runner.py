@@ -161,8 +161,10 @@ def cut_calls(calls, max_calls: int | None) -> list[Call]:
     return [c for c in calls if c.workflow in keep]
 
 
-async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBenchOptions,
+async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBenchOptions, concurrency: int | None,
                    progress, front: ServeFront | None = None) -> tuple[ReplayResult, dict, dict, dict | None]:
+    """One replay against a started server; `concurrency`: the replay's, as the simulator runs it
+    (`replay_concurrency`: the one asked for, else the trace header's; None: open loop)."""
     import httpx
     async with httpx.AsyncClient(timeout=httpx.Timeout(1800.0, connect=30.0),
                                  limits=httpx.Limits(max_connections=1024)) as client:
@@ -170,9 +172,8 @@ async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBench
         warm = {"model": srv.served_name, "prompt": [renderer.low] * 8, "max_tokens": 1}
         (await client.post(srv.base_url + "/v1/completions", json=warm)).raise_for_status()
         before = await prom.scrape(client, srv.base_url)
-        conc = opts.concurrency
         res = await replay(front.base_url if front else srv.base_url, srv.served_name, calls, renderer,
-                           conc, opts.time_scale, opts.think_scale, progress, client,
+                           concurrency, opts.time_scale, opts.think_scale, progress, client,
                            ToolHints.maybe(opts.tool_hints, opts.seed), front=front is not None)
         after = await prom.scrape(client, srv.base_url)
         gate = await front.state(client) if front is not None else None
@@ -246,7 +247,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
                     front = ServeFront(srv.base_url, sched_name, opts.block_size, dict(opts.scheduler_options),
                                        opts.preset_file, str(log_dir / f"serve-{label}.log")).start()
                 cb = progress(label, len(calls)) if progress else None
-                res, before, after, gate = asyncio.run(_run_one(srv, calls, renderer, opts, cb, front))
+                res, before, after, gate = asyncio.run(_run_one(srv, calls, renderer, opts, conc, cb, front))
             finally:
                 if front is not None:
                     front.stop()

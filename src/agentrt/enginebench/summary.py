@@ -10,6 +10,8 @@ connector's last `stats` event and errors from its event log.
 - engine_phases: vLLM's own per-request means over the run (its latency histograms): TTFT and
   inter-token latency at its API server, queue, prefill and decode time in its engine core; the
   client's TTFT less vLLM's is the HTTP path and the client;
+- workflows_in_flight_max: the most workflows with a call in flight at once (a closed loop's
+  concurrency bounds it);
 - inflight_s: how long at least one call was in flight (the union of the calls' send-to-finish
   spans): the time the engine had work, to set against its compute (`engine_iterations`);
 - tenants (when the calls name more than one): per tenant, its calls, its hit rate from the
@@ -56,12 +58,30 @@ def summarize(res: ReplayResult, before: dict, after: dict, conn: dict | None) -
         "latency_mean_s": _mean([c.latency_s for c in ok]),
         "makespan_s": span,
         "inflight_s": inflight(res.calls),
+        "workflows_in_flight_max": workflows_in_flight_max(res.calls),
         "preemptions": int(d.get(prom.PREEMPTIONS, 0)),   # as the simulator's summary names it
         "engine_counters": d,
         "engine_phases": prom.phases(d),
         "connector": conn,
         **_tenants(ok),
     }
+
+
+def workflows_in_flight_max(calls: list) -> int:
+    """The most workflows with a call in flight at once: at most the replay's concurrency in a
+    closed loop (the check that the live client runs the loop the simulator runs)."""
+    ev = sorted(e for c in calls if c.sent_at is not None
+                for e in ((c.sent_at, 1, c.workflow), (c.sent_at + c.latency_s, -1, c.workflow)))
+    live: dict[str, int] = {}
+    best = 0
+    for _, d, wf in ev:          # at equal times an end (-1) sorts before a start
+        n = live.get(wf, 0) + d
+        if n:
+            live[wf] = n
+        else:
+            live.pop(wf, None)
+        best = max(best, len(live))
+    return best
 
 
 def inflight(calls: list) -> float:
