@@ -89,10 +89,15 @@ def markdown(docs: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def write_docs() -> None:
+def stored_runs() -> dict[str, dict]:
+    """Every stored live run (docs/results/engine/live-admission-NAME.json) by NAME; a --sim-only
+    screen is the simulator's prediction, not a live result, and is never among them."""
     docs = {p.stem.removeprefix("live-admission-"): json.loads(p.read_text())
             for p in sorted(RESULTS.glob("live-admission-*.json"))}
-    # a --sim-only screen is the simulator's prediction, not a live result: never among them
-    docs = {k: d for k, d in docs.items() if not d.get("settings", {}).get("sim_only")}
+    return {k: d for k, d in docs.items() if not d.get("settings", {}).get("sim_only")}
+
+
+def write_docs() -> None:
+    docs = stored_runs()
     write("live-admission", markdown(docs) if docs else "No stored run yet.")
     print("updated docs/notes/results-details.md")

@@ -167,14 +167,12 @@ def admission() -> str:
 
 def live_admission() -> str:
     """The admission gate in front of a live vLLM against stock vLLM, per stored run."""
-    docs = sorted(RESULTS.glob("engine/live-admission-*.json"))
+    from benchmarks.live_admission_report import stored_runs
+    docs = stored_runs()
     if not docs:
         return missing("admission on the live engine", "python -m benchmarks.live_admission")
     rows = []
-    for f in docs:
-        d = json.loads(f.read_text())
-        if d.get("settings", {}).get("sim_only"):      # a simulator screen, not a live run
-            continue
+    for name, d in docs.items():
         for load_, pairs in d["loads"].items():
             stock = pairs["stock"]
             for p, m in pairs.items():
@@ -183,11 +181,11 @@ def live_admission() -> str:
                 sim = (f"{stock['sim_e2e_mean_s'] / m['sim_e2e_mean_s']:.2f}x"
                        if m.get("sim_e2e_mean_s") and stock.get("sim_e2e_mean_s") else "-")
                 lo, hi = m["e2e_mean_s_range"]
-                rows.append(f"| {f.stem.removeprefix('live-admission-')} | {load_} | {p} | "
+                rows.append(f"| {name} | {load_} | {p} | "
                             f"{stock['e2e_mean_s']:.1f} | {m['e2e_mean_s']:.1f} ({lo:.1f}-{hi:.1f}) | "
                             f"{stock['e2e_mean_s'] / m['e2e_mean_s']:.2f}x | {sim} | "
                             f"{stock['ttft_p99_s']:.2f} / {m['ttft_p99_s']:.2f} |")
-    s = json.loads(docs[0].read_text())["settings"]
+    s = next(iter(docs.values()))["settings"]
     return ("On the live engine (vLLM 0.32 on the CPU, the tiny model; `agentrt serve --scheduler NAME` in front "
             "for the gated pairs, the connector alone for `fcfs+`), at shares of stock vLLM's sustainable rate "
             f"found live; medians of {s['runs']} runs, speed-up = stock's mean workflow E2E over the pair's, "
@@ -278,8 +276,8 @@ def fidelity() -> str:
             rows.append(f"| {name} | {pol} | {pct(x['live_hit'])} | {pct(x['sim_hit'])} | "
                         f"{x['live_ttft_mean_s']:.2f} | {x['sim_ttft_mean_s']:.2f} | {x['live_e2e_mean_s']:.1f} | {x['sim_e2e_mean_s']:.1f} |")
             gaps.append(abs(x["sim_hit"] - x["live_hit"]) * 100)
-            e2e.setdefault(name, []).append(x["sim_e2e_mean_s"] / x["live_e2e_mean_s"])
-            ttft.setdefault(name, []).append(x["sim_ttft_mean_s"] / x["live_ttft_mean_s"])
+            e2e.setdefault(name, []).append(x["e2e_mean_s_ratio"])
+            ttft.setdefault(name, []).append(x["ttft_mean_s_ratio"])
 
     def ratios(d: dict) -> str:
         return "; ".join(f"{n} {min(v):.2f}-{max(v):.2f}x" for n, v in d.items())

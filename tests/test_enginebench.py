@@ -174,6 +174,7 @@ def test_bench_engine_vllm_short_run(tmp_path, tiny_model):
         it = r["engine_iterations"]
         assert it["iterations"] > 9 and 0 < it["busy_s"] and 0 < it["busy_share"] < 1.5
         assert it["prefill_iterations"] >= 1 and it["decode_step_ms"]
+        assert r["busy_s"] == it["busy_s"]          # under the simulator's key, for fidelity.py
         # vLLM's own latency histograms, as means per call over the run
         ph = r["engine_phases"]
         assert ph["ttft"] > 0 and ph["prefill"] > 0 and ph["queue"] >= 0 and ph["inter_token"] > 0

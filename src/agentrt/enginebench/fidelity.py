@@ -25,14 +25,6 @@ FIGURES = (("hit", "hit_rate"), ("ttft_mean_s", "ttft_mean_s"), ("ttft_p90_s", "
            ("busy_s", "busy_s"), ("inflight_s", "inflight_s"))
 
 
-def figure(result: dict, key: str) -> float | None:
-    """A result's figure; `busy_s` (the engine's time in iterations) is the simulator's own and,
-    live, vLLM's iteration log's (`engine_iterations`, runs with --engine-iterations only)."""
-    if key == "busy_s" and "engine_iterations" in result:
-        return (result["engine_iterations"] or {}).get("busy_s")
-    return result.get(key)
-
-
 def label(policy: str, scheduler: str) -> str:
     return policy if scheduler == "fcfs" else f"{scheduler}+{policy}"
 
@@ -85,7 +77,7 @@ def compare(live_docs: list[dict], sim_doc: dict, policies: list[str], scheduler
             continue
         f: dict = {"runs": len(rows)}
         for short, key in FIGURES:
-            vals = [v for v in (figure(r, key) for r in rows) if v is not None]
+            vals = [r[key] for r in rows if r.get(key) is not None]
             if not vals:
                 continue
             med = statistics.median(vals)

@@ -254,7 +254,8 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
                 srv.stop()
             r = results[label] = summarize(res, before, after, connector_stats(ev_path))
             if opts.engine_iterations:
-                r["engine_iterations"] = iterations.from_log(log_dir / f"vllm-{label}.log", r["makespan_s"])
+                it = r["engine_iterations"] = iterations.from_log(log_dir / f"vllm-{label}.log", r["makespan_s"])
+                r["busy_s"] = it["busy_s"] if it else None      # the engine's compute, as the simulator names it
             r.update(policy=name, scheduler=sched_name,
                      scheduling_policy="priority" if sched is not None else "fcfs",
                      gate=gate, tenant_shares=shares, output_blocks_live=renderer.output_blocks_live,
