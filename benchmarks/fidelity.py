@@ -56,7 +56,7 @@ def work_and_preset(a, name: str, *calibrate: str) -> tuple[Path, Path]:
 
 def run(a) -> dict:
     t0 = time.time()
-    work, preset = work_and_preset(a, "fidelity")
+    work, preset = work_and_preset(a, "fidelity", *(["--vllm-own-priority"] if a.vllm_own_priority else []))
     live_args = ["bench", *source_args(a), "--engine", "vllm", "--policies", a.policies, "--vllm-blocks", str(a.vllm_blocks),
                  "--scale", str(a.scale), "--think-scale", str(a.think_scale), "--train-fraction", "0",
                  "--scheduler", a.scheduler, "--quiet"]
@@ -66,6 +66,8 @@ def run(a) -> dict:
         live_args += ["--max-calls", str(a.max_calls)]
     if a.engine_iterations:
         live_args += ["--engine-iterations"]
+    if a.vllm_own_priority:
+        live_args += ["--vllm-own-priority"]
     live = []
     for i in range(a.runs):
         out = work / f"live{i}.json"
@@ -163,6 +165,28 @@ def inside_vllm(docs: dict[str, dict]) -> str:
                    f"| {ms(ph.get('prefill'))} | {ms(f['sim_ttft_mean_s'])} | {f['live_tpot_mean_s'] * 1000:.1f} "
                    f"| {ms(ph.get('inter_token'), 1)} "
                    f"| {f['sim_tpot_mean_s'] * 1000:.1f} |")
+    return "\n".join(out) + stream_stalls(docs)
+
+
+def stream_stalls(docs: dict[str, dict]) -> str:
+    """Tokens that reached the client more than 100 ms after the previous one, against those
+    vLLM's own inter-token histogram counts as that slow (`summary.token_stalls`)."""
+    rows = [(name, pol, f) for name, d in docs.items() for pol, f in d["policies"].items()
+            if f.get("live_token_stalls")]
+    if not rows:
+        return ""
+    out = ["", "", "Stream stalls (medians of the live runs): output tokens that came more than "
+           f"{1000 * rows[0][2]['live_token_stalls']['threshold_s']:.0f} ms after the previous one, at the client "
+           "and in vLLM's inter-token histogram (timed by its engine core as each token is made), and the "
+           "client's time in those waits:", "",
+           "| trace | policy | token gaps | slow at the client | slow in vLLM | client time in them s | per call ms |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, pol, f in rows:
+        ts = f["live_token_stalls"]
+        calls = docs[name]["settings"].get("calls") or 0
+        per = f"{1000 * ts['client_stalled_s'] / calls:.0f}" if calls else ""
+        out.append(f"| {name} | {pol} | {ts['client_gaps']:.0f} | {ts['client_stalls']:.0f} | {ts['engine_stalls']:.0f} "
+                   f"| {ts['client_stalled_s']:.1f} | {per} |")
     return "\n".join(out)
 
 
@@ -193,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine-iterations", action="store_true",
                     help="vLLM logs every iteration: the JSON and docs split each run's time into the engine's "
                          "compute and the time between its iterations")
+    ap.add_argument("--vllm-own-priority", action="store_true",
+                    help="leave vLLM's engine core at its own CPU priority, in calibrate and every live run "
+                         "(default: nice 19, agentrt.local.engine_nice)")
     ap.add_argument("--work-dir", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--docs-only", action="store_true")

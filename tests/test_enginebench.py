@@ -119,6 +119,25 @@ def test_summary_reports_tenants_only_when_there_are_several():
     assert summarize(one, {prom.PREEMPTIONS: 2.0}, {**zero, prom.PREEMPTIONS: 5.0}, None)["preemptions"] == 3
 
 
+def test_token_stalls_set_the_clients_slow_gaps_against_vllms_histogram():
+    from agentrt.enginebench.client import SLOW_GAP_S, CallResult, ReplayResult
+    from agentrt.enginebench.summary import summarize
+    # one bucket of vLLM's inter-token histogram, read by its bound among other labels
+    text = f"""vllm:inter_token_latency_seconds_bucket{{engine="0",le="0.05",model_name="m"}} 5
+vllm:inter_token_latency_seconds_bucket{{engine="0",le="{SLOW_GAP_S}",model_name="m"}} 9
+vllm:inter_token_latency_seconds_count{{engine="0",model_name="m"}} 12
+"""
+    after = prom.parse(text)
+    assert after[prom.ITL_FAST] == 9.0
+    res = ReplayResult(calls=[CallResult("w", 0, 10, 0, 5, 0.1, 1.0, stalls=2, stalled_s=0.5),
+                              CallResult("w", 1, 10, 0, 3, 0.1, 0.4),
+                              CallResult("w", 2, 10, 0, 0, None, 0.1, error="boom", stalls=7)])
+    ts = summarize(res, {}, {prom.QUERIES: 1.0, **after}, None)["token_stalls"]
+    # the failed call counts nowhere; 4 + 2 token gaps at the client, 12 at vLLM, 3 of them slow
+    assert ts == {"threshold_s": SLOW_GAP_S, "client_stalls": 2, "client_stalled_s": 0.5, "client_gaps": 6,
+                  "engine_stalls": 3, "engine_gaps": 12}
+
+
 def _tiny_trace(path) -> None:
     """Three two-agent workflows, two at a time: each agent's later call extends its thread."""
     lines = [{"trace": "workflow-trace/1", "block_size": 16, "name": "tiny", "concurrency": 2}]
@@ -179,9 +198,15 @@ def test_bench_engine_vllm_short_run(tmp_path, tiny_model):
         ph = r["engine_phases"]
         assert ph["ttft"] > 0 and ph["prefill"] > 0 and ph["queue"] >= 0 and ph["inter_token"] > 0
         assert r["inflight_s"] > 0
+        # every output token after a call's first is a gap, at the client and in vLLM's histogram
+        ts = r["token_stalls"]
+        assert ts["client_gaps"] == r["output_tokens"] - r["calls"] and ts["engine_gaps"] == ts["client_gaps"]
+        assert 0 <= ts["client_stalls"] <= ts["client_gaps"] and 0 <= ts["engine_stalls"] <= ts["engine_gaps"]
         # the header's closed loop (two workflows at a time) is the replay's, as in the simulator
         assert r["workflows_in_flight_max"] == 2
     assert doc["config"]["tool_hints"] == 0 and doc["config"]["concurrency"] == 2
+    # every server's engine core ran at the lowest priority (local/engine_nice.py), stock's too
+    assert set(doc["config"]["engine"]["engine_core_nice"].values()) == {19}
 
 
 def test_inflight_time_is_the_union_of_the_calls_spans():

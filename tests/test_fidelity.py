@@ -19,6 +19,8 @@ def live(hit: float, ttft: float, busy: float | None = None) -> dict:
         r["busy_s"] = busy
         r["engine_phases"] = {"ttft": ttft / 2, "queue": 0.01, "prefill": ttft / 4, "inter_token": 0.008,
                               "decode": 0.5, "e2e": 1.0}
+        r["token_stalls"] = {"threshold_s": 0.1, "client_stalls": round(100 * ttft), "client_stalled_s": 10 * ttft,
+                             "client_gaps": 500, "engine_stalls": 2, "engine_gaps": 500}
     return r
 
 
@@ -45,6 +47,10 @@ def test_live_medians_ranges_and_ratios_per_policy():
     assert "| team | pbkv-ta | " not in text.split("Where the time goes")[1]
     # vLLM's own phases: client TTFT 200 ms, vLLM's 100, queue 10, prefill 50; TPOT 10 ms against 8
     assert "| team | lru | 200 | 100 | 10 | 50 | 50 | 10.0 | 8.0 | 6.0 |" in text
+    # slow tokens, medians over the runs: the client's 20 (2.0 s in them, 20 ms a call of 100) against vLLM's 2
+    assert f["live_token_stalls"]["client_stalls"] == 20 and "live_token_stalls" not in out["policies"]["pbkv-ta"]
+    out["settings"]["calls"] = 100
+    assert "| team | lru | 500 | 20 | 2 | 2.0 | 20 |" in fid.markdown({"team": out})
 
 
 def test_an_order_the_live_runs_separate_must_hold_in_the_simulator():

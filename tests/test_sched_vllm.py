@@ -469,6 +469,8 @@ def test_the_gate_holds_a_call_while_vllm_is_full_then_releases_it_and_it_is_ans
             raise AssertionError("the blocker finished before the gated calls arrived, three times")
         assert wait_until(lambda: not gate.held and not gate.inflight)
         reasons = {k: v._value.get() for k, v in gate.metrics.releases.items() if v._value.get()}
-        assert sum(reasons.values()) == 2 * tries and gate.load.ok, reasons
+        assert sum(reasons.values()) == 2 * tries, reasons
+        # the gate reads vLLM's /metrics: one scrape on a busy machine may time out, the next succeeds
+        assert wait_until(lambda: gate.load.ok), "the gate never read vLLM's load"
     finally:
         s.stop()

@@ -120,6 +120,7 @@ def bench(
     tenant_shares: bool = typer.Option(True, "--tenant-shares/--no-tenant-shares", help="[vllm] with --scheduler fair, the connector shares the KV pool by tenant (off: the gate's order only)", rich_help_panel="Live vLLM (--engine vllm)"),
     live_outputs: bool = typer.Option(True, "--live-outputs/--no-live-outputs", help="[vllm] a later prompt that carries an earlier answer (the trace's output_hash_ids) sends the tokens the engine generated, as an agent does (off: generated stand-ins, never a hit)", rich_help_panel="Live vLLM (--engine vllm)"),
     engine_iterations: bool = typer.Option(False, "--engine-iterations", help="[vllm] vLLM logs every iteration (--enable-logging-iteration-details) and each result gets engine_iterations: the engine's compute time against the makespan, decode steps by batch size (a diagnostic: the logging costs the API server a little)", rich_help_panel="Live vLLM (--engine vllm)"),
+    vllm_own_priority: bool = typer.Option(False, "--vllm-own-priority", help="[vllm] leave vLLM's engine core at its own CPU priority (default: nice 19, so that on a small CPU host its busy loop does not starve the client that measures it)", rich_help_panel="Live vLLM (--engine vllm)"),
 ) -> None:
     """Replay a trace under several policies and print hit rates, TTFT percentiles, end-to-end latency and throughput."""
     from agentrt.bench.report import print_result
@@ -129,7 +130,8 @@ def bench(
                                    ("--max-calls", max_calls is not None), ("--log-dir", log_dir is not None),
                                    ("--no-tenant-shares", not tenant_shares),
                                    ("--no-live-outputs", not live_outputs),
-                                   ("--engine-iterations", engine_iterations)) if given]
+                                   ("--engine-iterations", engine_iterations),
+                                   ("--vllm-own-priority", vllm_own_priority)) if given]
         if live:
             raise AgentrtError(f"{', '.join(live)}: for --engine vllm only (the simulator would ignore them)")
     spec = bench_spec(trace=trace, workload=workload, policies=policies, engine=engine,
@@ -147,7 +149,7 @@ def bench(
                       safety_net=safety_net)
     if engine == "vllm":
         doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir,
-                          tenant_shares, live_outputs, engine_iterations)
+                          tenant_shares, live_outputs, engine_iterations, vllm_own_priority)
     else:
         with _progress(quiet) as prog:
             doc = spec.run(progress=_factory(prog))
@@ -157,7 +159,8 @@ def bench(
 
 def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: float,
                 think_scale: float, max_calls: int | None, log_dir: Path | None,
-                tenant_shares: bool = True, live_outputs: bool = True, engine_iterations: bool = False) -> dict:
+                tenant_shares: bool = True, live_outputs: bool = True, engine_iterations: bool = False,
+                vllm_own_priority: bool = False) -> dict:
     """`bench --engine vllm`: see agentrt.enginebench.runner. With a scheduler other than fcfs,
     stock vLLM (lru, fcfs) runs first and every policy then runs under the scheduler, through
     `agentrt serve --scheduler` in front of vLLM (its admission gate)."""
@@ -171,6 +174,7 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
                         ("max_calls", max_calls)):
         positive(value, name, cli=True)
     from agentrt.enginebench.runner import EngineBenchOptions, run_engine_bench
+    from agentrt.local.engine_nice import ENGINE_CORE_NICE
     o = spec.options
     opts = EngineBenchOptions(model_size=model_size, vllm_blocks=vllm_blocks, host_blocks=o.host_blocks,
                               scale=scale, time_scale=o.time_scale, think_scale=think_scale,
@@ -181,7 +185,8 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
                               scheduler=o.scheduler, scheduler_options=dict(o.scheduler_options),
                               tool_hints=o.tool_hints, tenant_shares=tenant_shares,
                               live_outputs=live_outputs, preset_file=o.preset_file,
-                              engine_iterations=engine_iterations)
+                              engine_iterations=engine_iterations,
+                              engine_core_nice=None if vllm_own_priority else ENGINE_CORE_NICE)
     source, owned = spec.open_source()
     try:
         with _progress(quiet) as prog:

@@ -14,7 +14,9 @@ Measured on a fresh local server (stock vLLM: no connector), one request shape a
   steps with decodes are left out.
 The terms are fitted by non-negative least squares on relative error, with the request path as
 one more unknown for the prefill points; `fit` keeps every point with its prediction. The
-engine's scheduler limits (token budget per step, running cap) are vLLM's own resolution of the
+engine core runs at nice 19 unless `engine_core_nice` says otherwise, as `bench --engine vllm`
+runs it (`agentrt.local.engine_nice`). The engine's scheduler limits (token budget per step,
+running cap) are vLLM's own resolution of the
 server's arguments (`EngineArgs`), and its KV pool is `(num_blocks - 1) x block_size` tokens
 (block 0 is vLLM's null block). Assumptions: the machine runs nothing else heavy meanwhile; the
 model's compute does not depend on token values (random weights, random ids).
@@ -33,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from agentrt.local.engine_nice import ENGINE_CORE_NICE
 
 DECODE_TOKENS = 64
 NEW = (1, 32, 128, 512, 1024, 2048, 4096)
@@ -220,7 +224,8 @@ def model_spec(model_dir: str, dtype_bytes: int = 4) -> dict:
 
 def calibrate_vllm(model_size: str = "tiny", vllm_blocks: int = 256, block_size: int = 32,
                    repeats: int = 3, say: Callable[[str], None] = print, log_path: str | None = None,
-                   command: str = "agentrt calibrate --engine vllm") -> dict:
+                   command: str = "agentrt calibrate --engine vllm",
+                   engine_core_nice: int | None = ENGINE_CORE_NICE) -> dict:
     """Start a stock vLLM on the local model, measure it, and return the preset file's object."""
     from agentrt.engine.preset_file import FORMAT
     from agentrt.local.launch import VLLMServer
@@ -228,7 +233,7 @@ def calibrate_vllm(model_size: str = "tiny", vllm_blocks: int = 256, block_size:
     from agentrt.vllm.plugin import vllm_version
     model = str(build_model(default_model_dir(model_size), model_size))
     srv = VLLMServer(model, num_blocks=vllm_blocks, block_size=block_size, log_path=log_path,
-                     die_with_parent=True)
+                     die_with_parent=True, engine_core_nice=engine_core_nice)
     say(f"reading vLLM's scheduler limits for {' '.join(srv.command()[3:])}")
     limits = scheduler_limits(srv.command())
     t0 = time.time()
@@ -251,5 +256,6 @@ def calibrate_vllm(model_size: str = "tiny", vllm_blocks: int = 256, block_size:
                        "num_blocks": vllm_blocks, "kv_tokens": pool,
                        "max_num_batched_tokens": limits.max_num_batched_tokens,
                        "max_num_seqs": limits.max_num_seqs, "cache_at": "schedule",
+                       "engine_core_nice": srv.engine_core_nice if srv.reniced else None,
                        "model": model_spec(model)},
             **res}

@@ -16,6 +16,7 @@ def calibrate(
     vllm_blocks: int = typer.Option(256, "--vllm-blocks", help="KV pool in engine blocks of 32 tokens (as bench --engine vllm)"),
     repeats: int = typer.Option(3, "--repeats", help="prefill measurements per shape (the median is kept)"),
     log: Path = typer.Option(None, "--log", help="keep the server's log here"),
+    vllm_own_priority: bool = typer.Option(False, "--vllm-own-priority", help="leave vLLM's engine core at its own CPU priority (default: nice 19, as bench --engine vllm runs it)"),
 ) -> None:
     """Measure a live engine's prefill and decode costs and scheduler limits; write a preset file.
 
@@ -37,9 +38,12 @@ def calibrate(
         raise AgentrtError(f"--repeats must be 1 to 20, got {repeats}")
     output_file(out, "-o")
     from agentrt.enginebench.calibrate import calibrate_vllm
-    cmd = f"agentrt calibrate --engine vllm --model-size {model_size} --vllm-blocks {vllm_blocks} --repeats {repeats}"
+    from agentrt.local.engine_nice import ENGINE_CORE_NICE
+    cmd = (f"agentrt calibrate --engine vllm --model-size {model_size} --vllm-blocks {vllm_blocks} --repeats {repeats}"
+           + (" --vllm-own-priority" if vllm_own_priority else ""))
     doc = calibrate_vllm(model_size, vllm_blocks, repeats=repeats, log_path=str(log) if log else None,
-                         say=lambda m: typer.echo(m, err=True), command=cmd)
+                         say=lambda m: typer.echo(m, err=True), command=cmd,
+                         engine_core_nice=None if vllm_own_priority else ENGINE_CORE_NICE)
     pf = write_preset_file(doc, out)
     for what, value in describe(pf):
         typer.echo(f"{what:18s} {value}")

@@ -8,7 +8,10 @@
   with `max_tokens` = the scaled output length, `ignore_eos` (a random model would stop early),
   temperature 0, and the call's identity in `vllm_xargs` (`agentrt.wire.identity`).
 - Measured per call: TTFT (request sent -> first streamed token), end-to-end latency, prompt and
-  cached tokens from the response's usage. Per workflow: first issue -> last finish.
+  cached tokens from the response's usage, and its stream's stalls: the waits longer than
+  `SLOW_GAP_S` between two streamed chunks after the first (how many, how long in all), the
+  client's side of vLLM's inter-token histogram (`summary.token_stalls`). Per workflow: first
+  issue -> last finish.
 - Live answers: with the renderer's `live_outputs` each request asks for its generated token ids
   (`return_token_ids`), and a finished call's answer is handed to the renderer, so later prompts
   that carry it (the trace's `output_hash_ids`) send the tokens the engine generated.
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from agentrt.engine.replay import WorkflowReplay
 from agentrt.engine.tool_hints import ToolHints
+from agentrt.enginebench.prom import SLOW_GAP_S
 from agentrt.enginebench.render import Renderer
 from agentrt.trace.schema import Call
 from agentrt.wire.identity import xargs_for
@@ -53,6 +57,8 @@ class CallResult:
     tenant: str = "default"
     generated: list[int] | None = None     # the answer's token ids (live answers only; dropped once used)
     sent_at: float | None = None           # perf_counter() when the request was sent
+    stalls: int = 0                        # waits > SLOW_GAP_S between streamed chunks
+    stalled_s: float = 0.0                 # their total
 
 
 @dataclass(slots=True)
@@ -115,6 +121,8 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt:
     t0 = time.perf_counter()
     ttft = None
     usage = None
+    last = None
+    stalls, stalled = 0, 0.0
     try:
         async with client.stream("POST", url, json=body, headers=headers) as r:
             if r.status_code != 200:
@@ -128,8 +136,14 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt:
                     break
                 msg = json.loads(data)
                 choices = msg.get("choices")
-                if ttft is None and choices:
-                    ttft = time.perf_counter() - t0
+                if choices:
+                    now = time.perf_counter()
+                    if ttft is None:
+                        ttft = now - t0
+                    elif now - last > SLOW_GAP_S:
+                        stalls += 1
+                        stalled += now - last
+                    last = now
                 if generated is not None and choices:
                     generated.extend(choices[0].get("token_ids") or ())
                 if msg.get("usage"):
@@ -142,7 +156,8 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt:
     details = usage.get("prompt_tokens_details") or {}
     return CallResult(c.workflow, c.call, int(usage.get("prompt_tokens", len(prompt))),
                       int(details.get("cached_tokens") or 0), int(usage.get("completion_tokens", 0)),
-                      ttft, lat, tenant=c.tenant, generated=generated, sent_at=t0)
+                      ttft, lat, tenant=c.tenant, generated=generated, sent_at=t0,
+                      stalls=stalls, stalled_s=stalled)
 
 
 async def replay(base_url: str, model: str, calls: list[Call], renderer: Renderer,

@@ -91,6 +91,9 @@ def compare(live_docs: list[dict], sim_doc: dict, policies: list[str], scheduler
         if phases:       # vLLM's own per-request means, median over the runs
             f["live_phases"] = {k: statistics.median(v) if (v := [ph[k] for ph in phases if ph.get(k) is not None])
                                 else None for k in phases[0]}
+        stalls = [r["token_stalls"] for r in rows if r.get("token_stalls")]
+        if stalls:       # the client's slow token gaps against vLLM's, median over the runs
+            f["live_token_stalls"] = {k: statistics.median(ts[k] for ts in stalls) for k in stalls[0]}
         out[label(p, scheduler)] = f
     return {"policies": out}
 

@@ -24,7 +24,11 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 PHASES = {"ttft": "vllm:time_to_first_token_seconds", "inter_token": "vllm:inter_token_latency_seconds",
           "queue": "vllm:request_queue_time_seconds", "prefill": "vllm:request_prefill_time_seconds",
           "decode": "vllm:request_decode_time_seconds", "e2e": "vllm:e2e_request_latency_seconds"}
-WANTED = (QUERIES, HITS, EXT_QUERIES, EXT_HITS, PROMPT, GENERATED, PREEMPTIONS,
+# a token that waits longer than this after the previous one is a stall (`client.py` counts them);
+# it is one of the bounds of vLLM's inter-token histogram, whose bucket below it counts the rest
+SLOW_GAP_S = 0.1
+ITL_FAST = f'vllm:inter_token_latency_seconds_bucket{{le="{SLOW_GAP_S}"}}'
+WANTED = (QUERIES, HITS, EXT_QUERIES, EXT_HITS, PROMPT, GENERATED, PREEMPTIONS, ITL_FAST,
           *(f"{h}_{part}" for h in PHASES.values() for part in ("sum", "count")))
 
 
@@ -39,6 +43,9 @@ def parse(text: str, wanted=WANTED) -> dict[str, float]:
         else:
             value = rest.rpartition("} ")[2]
         name = name.strip()
+        if name.endswith("_bucket"):          # one bucket by its bound: name{le="X"}
+            le = rest.partition('le="')[2].partition('"')[0]
+            name = f'{name}{{le="{le}"}}'
         if name in out:
             try:
                 out[name] += float(value.split()[0])

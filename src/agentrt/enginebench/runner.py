@@ -44,6 +44,7 @@ from agentrt.enginebench.front import ServeFront
 from agentrt.enginebench.render import Renderer
 from agentrt.enginebench.summary import connector_stats, summarize
 from agentrt.errors import AgentrtError, TraceError
+from agentrt.local.engine_nice import ENGINE_CORE_NICE
 from agentrt.checks import positive
 from agentrt.policies.registry import BOUNDS, check_names, policy_class
 from agentrt.trace.schema import Call
@@ -76,6 +77,7 @@ class EngineBenchOptions:
     preset_file: str | None = None     # the gate's prefill times (a preset measured on this engine)
     baseline: str = "lru"              # the first run: lru (connector, lru), stock (no connector) or none
     engine_iterations: bool = False    # vLLM logs each iteration; results get engine_iterations (iterations.py)
+    engine_core_nice: int | None = ENGINE_CORE_NICE   # the engine core's CPU priority (None: vLLM's own)
 
     def __post_init__(self) -> None:
         if self.vllm_blocks < 8:
@@ -217,6 +219,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
         write_trace(train_trace, source.header, source.train_calls())
     results: dict[str, dict] = {}
     startup: dict[str, float] = {}
+    reniced: dict[str, int | None] = {}
     env = {} if opts.reserved_cpus is None else {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(opts.reserved_cpus)}
     clipped = 0
     tpb = max(1, round(source.header.block_size * opts.scale))
@@ -238,9 +241,11 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
                              extra_args=[iterations.FLAG] if opts.engine_iterations else [],
                              startup_timeout_s=opts.startup_timeout_s,
                              scheduling_policy="priority" if sched is not None else "fcfs",
+                             engine_core_nice=opts.engine_core_nice,
                              die_with_parent=True)    # a killed bench leaves no server behind
             srv.start()
             startup[label] = round(srv.startup_s or 0.0, 1)
+            reniced[label] = srv.engine_core_nice if srv.reniced else None
             front = None
             try:
                 if sched is not None:
@@ -273,6 +278,8 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
         "scale": opts.scale, "tokens_per_trace_block": tpb, "time_scale": opts.time_scale,
         "think_scale": opts.think_scale,
         "clipped_calls": clipped, "startup_s": startup, "skipped": skipped,
+        # the engine core's niceness per run (None: vLLM's own; local/engine_nice.py)
+        "engine_core_nice": reniced,
         # the simulator at the same capacity: --gpu-blocks this many trace blocks
         "sim_gpu_blocks": sim_gpu_blocks,
         "logs": opts.log_dir,

@@ -10,6 +10,12 @@ connector's last `stats` event and errors from its event log.
 - engine_phases: vLLM's own per-request means over the run (its latency histograms): TTFT and
   inter-token latency at its API server, queue, prefill and decode time in its engine core; the
   client's TTFT less vLLM's is the HTTP path and the client;
+- token_stalls: tokens that reached the client more than `SLOW_GAP_S` after the previous one
+  (`client_stalls`, `client_stalled_s` in all, over `client_gaps` gaps between streamed chunks)
+  against those vLLM's own inter-token histogram records as that slow (`engine_stalls` of
+  `engine_gaps`; its engine core stamps each token as it is made): stalls the client sees and
+  vLLM does not are in the serving path between them (the API server's output path, HTTP, the
+  client);
 - workflows_in_flight_max: the most workflows with a call in flight at once (a closed loop's
   concurrency bounds it);
 - inflight_s: how long at least one call was in flight (the union of the calls' send-to-finish
@@ -28,6 +34,7 @@ import numpy as np
 from agentrt.engine.metrics import latency_stats
 from agentrt.enginebench import prom
 from agentrt.enginebench.client import ReplayResult
+from agentrt.enginebench.prom import SLOW_GAP_S
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -62,9 +69,18 @@ def summarize(res: ReplayResult, before: dict, after: dict, conn: dict | None) -
         "preemptions": int(d.get(prom.PREEMPTIONS, 0)),   # as the simulator's summary names it
         "engine_counters": d,
         "engine_phases": prom.phases(d),
+        "token_stalls": token_stalls(ok, d),
         "connector": conn,
         **_tenants(ok),
     }
+
+
+def token_stalls(ok: list, d: dict[str, float]) -> dict:
+    gaps = sum(max(0, c.output_tokens - 1) for c in ok if c.ttft_s is not None)
+    itl = d.get(f"{prom.PHASES['inter_token']}_count", 0.0)
+    return {"threshold_s": SLOW_GAP_S, "client_stalls": sum(c.stalls for c in ok),
+            "client_stalled_s": float(sum(c.stalled_s for c in ok)), "client_gaps": gaps,
+            "engine_stalls": int(itl - d.get(prom.ITL_FAST, 0.0)), "engine_gaps": int(itl)}
 
 
 def workflows_in_flight_max(calls: list) -> int:

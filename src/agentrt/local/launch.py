@@ -12,7 +12,8 @@ included, when the process that started it dies: a killed test run or Ray actor 
 holding memory and ports. (vLLM ignores SIGTERM while its engine starts and its engine core
 outlives a killed API server, so a plain parent-death signal on the server is not enough.) The
 supervisor watches the starting process, not its thread, and needs agentrt importable by
-`python`.
+`python`. Once the server is healthy its engine core runs at `engine_core_nice` (19 unless told
+otherwise: `engine_nice.py` says why a small CPU host needs it).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentrt.local.engine_nice import ENGINE_CORE_NICE, lower_engine_core
 
 SUPERVISOR_GRACE_S = 30.0    # after SIGTERM, how long the supervisor waits before killing the group
 
@@ -55,6 +57,9 @@ class VLLMServer:
     python: str = sys.executable
     served_name: str = "agentrt-test"
     die_with_parent: bool = False           # stop the server when the starting process dies
+    # the engine core's CPU priority once it is up (`engine_nice.py`); None leaves vLLM's
+    engine_core_nice: int | None = ENGINE_CORE_NICE
+    reniced: list[int] = field(default_factory=list)   # the engine core PIDs it was applied to
     proc: subprocess.Popen | None = None
     startup_s: float | None = None
 
@@ -91,6 +96,8 @@ class VLLMServer:
         self.proc, self._log, self.startup_s = start_process(
             self.command(), env, self.log_path, self.base_url + "/health", self.startup_timeout_s,
             self.die_with_parent, "vLLM")
+        if self.engine_core_nice is not None:
+            self.reniced = lower_engine_core(self.proc.pid, self.engine_core_nice)
         return self
 
     def stop(self, timeout_s: float = 60.0) -> None:
