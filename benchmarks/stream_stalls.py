@@ -18,8 +18,8 @@ stream it reads the engine iterations vLLM's API server logged inside it:
 - `quiet`: neither (the API server logged little: its own loop was held up).
 It prints and writes {"gaps": [...], "summary": {...}, "cpu": {...}, "bench": token_stalls of
 the replay}. The observer adds one stream to the replay's load; it is a diagnosis, not a figure
-to compare with other runs. Assumptions: the log line format of vLLM 0.32 (the pattern in
-`agentrt.enginebench.iterations`), one vLLM server at a time, Linux.
+to compare with other runs. Assumptions: the log line format of vLLM 0.32 (the pattern of
+`agentrt.enginebench.iterations`, read here), one vLLM server at a time, Linux.
 """
 
 from __future__ import annotations
@@ -35,8 +35,12 @@ import threading
 import time
 from pathlib import Path
 
-STAMPED = re.compile(r"^\S+ (\d+\.\d+) .*?Iteration\(\d+\): (\d+) context requests, (\d+) context tokens, "
-                     r"(\d+) generation requests, (\d+) generation tokens, iteration elapsed time: ([\d.]+) ms", re.M)
+from agentrt.enginebench.iterations import LINE
+from agentrt.local.engine_nice import ENGINE_CORE_COMM
+
+# vLLM's iteration line (iterations.LINE) after the stamp LOGGING gives it: group 1 the time,
+# then LINE's groups (the elapsed ms is group 6)
+STAMPED = re.compile(r"^\S+ (\d+\.\d+) .*?" + LINE.pattern, re.M)
 LOGGING = {"version": 1, "disable_existing_loggers": False,
            "formatters": {"f": {"class": "vllm.logging_utils.NewLineFormatter",
                                 "format": "%(levelname)s %(created).3f [%(filename)s:%(lineno)d] %(message)s"}},
@@ -84,7 +88,7 @@ def cpu_sampler(stop: threading.Event, out: dict[str, dict[str, list[float]]], m
             return "replay client"
         if "api_server" in cmd:
             return "vLLM API server"
-        return {"VLLM::EngineCor": "vLLM engine core", "VLLM::Worker": "vLLM worker"}.get(comm, "")
+        return {ENGINE_CORE_COMM: "vLLM engine core", "VLLM::Worker": "vLLM worker"}.get(comm, "")
 
     def snap() -> dict[str, tuple[float, float, str]]:
         d = {}
@@ -185,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     by_kind = {k: {"gaps": sum(g["kind"] == k for g in gaps), "seconds": sum(g["gap_s"] for g in gaps if g["kind"] == k)}
                for k in ("iterating", "long_iteration", "quiet")}
     doc = json.loads(res_path.read_text())
-    r = next(iter(doc["results"].values())) if isinstance(doc["results"], dict) else doc["results"][0]
+    r = doc["results"]["lru"]
     out = {"command": "python -m benchmarks.stream_stalls " + " ".join(argv if argv is not None else sys.argv[1:]),
            "summary": {"observed_s": last - first, "observer_tokens": len(times), "gaps": len(gaps),
                        "gap_seconds": sum(g["gap_s"] for g in gaps), "by_kind": by_kind},

@@ -256,6 +256,6 @@ def calibrate_vllm(model_size: str = "tiny", vllm_blocks: int = 256, block_size:
                        "num_blocks": vllm_blocks, "kv_tokens": pool,
                        "max_num_batched_tokens": limits.max_num_batched_tokens,
                        "max_num_seqs": limits.max_num_seqs, "cache_at": "schedule",
-                       "engine_core_nice": srv.engine_core_nice if srv.reniced else None,
+                       "engine_core_nice": srv.nice_applied,
                        "model": model_spec(model)},
             **res}

@@ -245,7 +245,7 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
                              die_with_parent=True)    # a killed bench leaves no server behind
             srv.start()
             startup[label] = round(srv.startup_s or 0.0, 1)
-            reniced[label] = srv.engine_core_nice if srv.reniced else None
+            reniced[label] = srv.nice_applied
             front = None
             try:
                 if sched is not None:

@@ -88,6 +88,11 @@ class VLLMServer:
             cmd += ["--scheduling-policy", self.scheduling_policy]
         return cmd + list(self.extra_args)
 
+    @property
+    def nice_applied(self) -> int | None:
+        """The niceness its engine core runs at, None where vLLM's own priority was left."""
+        return self.engine_core_nice if self.reniced else None
+
     def start(self) -> "VLLMServer":
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                    VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
