@@ -59,8 +59,9 @@ def markdown(doc: dict) -> str:
                   f"{res['sec_multiplier']}, {res['blocks']} blocks; "
                   f"{'the order rotated each round' if res.get('order') == 'rotated' else 'stock first in every round'}; "
                   f"{failed} requests over all runs failed in vLLM's client):", "",
-                  "| engine | requests/s | mean TTFT s | mean TPOT ms | mean E2E s | vs stock: req/s, TTFT, TPOT | connector us/step |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| engine | requests/s | mean TTFT s | mean TPOT ms | mean E2E s | vs stock: req/s, TTFT, TPOT "
+                  "| connector us/step | CPU s: API server, engine core, worker |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         paired = paired_of(res)
         for name, v in res["variants"].items():
             m, r = v["median"], v["range"]
@@ -68,9 +69,11 @@ def markdown(doc: dict) -> str:
             ratio = (f"{vs['request_throughput']:.3f}, {vs['mean_ttft_s']:.3f}, {vs['mean_tpot_ms']:.3f}"
                      if vs else "")
             hook = f"{m['hook_us_per_step']:.0f}" if "hook_us_per_step" in m else ""
+            cpu = ", ".join(f"{m[k]:.1f}" for k in ("cpu_api_server_s", "cpu_engine_core_s", "cpu_worker_s")
+                            if k in m)
             lines.append(f"| {label(name)} | {fmt(m, r, 'request_throughput', 2)} | "
                          f"{fmt(m, r, 'mean_ttft_s', 2)} | {fmt(m, r, 'mean_tpot_ms', 1)} | "
-                         f"{fmt(m, r, 'mean_e2el_s', 2)} | {ratio} | {hook} |")
+                         f"{fmt(m, r, 'mean_e2el_s', 2)} | {ratio} | {hook} | {cpu} |")
         lines.append("")
     return "\n".join(lines).rstrip()
 

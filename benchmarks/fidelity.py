@@ -3,6 +3,7 @@
     python -m benchmarks.fidelity --workload team --seed 0 --runs 3 --json docs/results/engine/fidelity-team.json
     python -m benchmarks.fidelity --trace out/ag2.jsonl --runs 3 --json docs/results/engine/fidelity-ag2.json
     python -m benchmarks.fidelity --docs-only          # re-render docs/notes/results-details.md from the stored JSONs
+    python -m benchmarks.fidelity ... --work-dir DIR --resimulate --preset-file P   # new preset, same live runs
 
 Calibrates the local vLLM first (`agentrt calibrate`, about 5 minutes) unless `--preset-file` is
 given, then runs `agentrt bench --engine vllm` `--runs` times (live answers on; stock vLLM
@@ -11,6 +12,8 @@ always first) and `agentrt bench --preset-file` once on the calls the first live
 {"policies": {"lru": {"live_hit", "sim_hit", "live_ttft_mean_s", "sim_ttft_mean_s",
 "live_e2e_mean_s", "sim_e2e_mean_s", ... ranges and ratios}}, "settings": ...}. The table
 between the `fidelity` markers of docs/notes/results-details.md shows every stored fidelity-*.json.
+`--resimulate` keeps the live runs already in `--work-dir` (live0.json ... and run0's calls) and
+runs only the simulator (another preset or cost model on the same live measurements).
 """
 
 from __future__ import annotations
@@ -71,11 +74,15 @@ def run(a) -> dict:
     live = []
     for i in range(a.runs):
         out = work / f"live{i}.json"
-        agentrt(*live_args, "--json", str(out), "--log-dir", str(work / f"run{i}"))
+        if a.resimulate:
+            if not out.is_file():
+                raise SystemExit(f"--resimulate: {out} is missing (the live runs of --work-dir {work})")
+        else:
+            agentrt(*live_args, "--json", str(out), "--log-dir", str(work / f"run{i}"))
         live.append(json.loads(out.read_text()))
     engine_trace = work / "run0" / "replayed-engine.jsonl"
     conc = live[0]["config"]["concurrency"]
-    sim_out = work / "sim.json"
+    sim_out = work / (f"sim-{preset.stem}.json" if a.resimulate else "sim.json")
     # the live pool: vLLM's blocks less its null block, in the engine trace's blocks (the same size)
     sim_args = ["bench", "--trace", str(engine_trace), "--preset-file", str(preset), "--policies", a.policies,
                 "--gpu-blocks", str(a.vllm_blocks - 1), "--scheduler", a.scheduler, "--train-fraction", "0",
@@ -92,6 +99,7 @@ def run(a) -> dict:
                        "think_scale": a.think_scale, "concurrency": conc, "calls": live[0]["calls"],
                        "preset": json.loads(preset.read_text()),
                        "command": "python -m benchmarks.fidelity " + " ".join(sys.argv[1:]),
+                       "live_runs_from": str(work) if a.resimulate else None,
                        "seconds": round(time.time() - t0)}
     return doc
 
@@ -221,12 +229,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="leave vLLM's engine core at its own CPU priority, in calibrate and every live run "
                          "(default: nice 19, agentrt.local.engine_nice)")
     ap.add_argument("--work-dir", default=None)
+    ap.add_argument("--resimulate", action="store_true",
+                    help="reuse the live runs stored in --work-dir; run only the simulator")
     ap.add_argument("--json", default=None)
     ap.add_argument("--docs-only", action="store_true")
     a = ap.parse_args(argv)
     if a.docs_only:
         write_docs()
         return 0
+    if a.resimulate and not (a.work_dir and a.preset_file):
+        ap.error("--resimulate needs --work-dir (the live runs) and --preset-file")
     doc = run(a)
     out = Path(a.json or RESULTS / f"fidelity-{Path(a.trace).stem if a.trace else a.workload}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -291,9 +291,11 @@ def fidelity() -> str:
             + (f" except {', '.join(disorder)}" if disorder else "") + ". "
             f"Its mean E2E over the live one: {ratios(e2e)}; its mean TTFT: {ratios(ttft)}. "
             "Live runs put vLLM's engine core at nice 19: on this 2-core host its busy loop otherwise starved "
-            "the measuring client of CPU, which then saw tokens in bursts vLLM did not make. The TTFT still "
-            "missing is vLLM's own per-request host time around the prefill, which the preset does not yet "
-            "separate ([where the gap lives](notes/results-details.md#the-simulator-against-the-engine)).\n")
+            "the measuring client of CPU, which then saw tokens in bursts vLLM did not make. Where the "
+            "simulator's TTFT falls short, what is missing is the request's path from the client to the engine "
+            "under load (about 15 ms a call on team and AG2 against the preset's idle 5-7 ms; the number of "
+            "calls streaming does not explain it), and two calibrations of this shared machine differ by about "
+            "as much ([where the gap lives](notes/results-details.md#the-simulator-against-the-engine)).\n")
 
 
 def details_index() -> str:

@@ -133,6 +133,76 @@ def test_calibrate_a_live_vllm(tmp_path):
     fitted = pf.preset.fitted
     assert fitted.per_token_s > 0 or fitted.per_pair_s > 0     # prefill cost grows with the prompt
     assert pf.doc["fit"]["prefill_points"] and pf.doc["fit"]["decode_points"]
+    # short requests were answered while decode batches streamed: the path's growth is fitted
+    assert pf.doc["fit"]["stream_points"] and pf.request_overhead_per_stream_s >= 0
+    assert all(t > 0 for _, _, t, *_ in pf.doc["fit"]["stream_points"])
     shown = subprocess.run([sys.executable, "-m", "agentrt.cli", "presets", "--file", str(out)],
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and "tokens per step" in shown.stdout
+
+
+def test_fit_recovers_the_prefill_context_term_and_the_stream_path():
+    per_ctx, base, per_stream = 2.5e-6, 0.006, 0.0015
+
+    def it(tokens, pairs, kv, ctx=0.0):
+        return _iteration(tokens, pairs, kv) + per_ctx * ctx
+    pre = [[n, c, base + it(n, n * (c + (n + 1) / 2), c + n, c)]
+           for n in (1, 32, 512, 2048) for c in (0, 1024, 4096) if not (n == 1 and c)]
+    dec = [[b, b * ctx, it(b, b * ctx, b * ctx)] for b in (1, 8, 32) for ctx in (128, 2048)]
+    from agentrt.enginebench.calibrate import PROBE_TOKENS
+    n = PROBE_TOKENS
+    streams = [[b, b * 544.0, base + per_stream * b + 0.5 * it(b, b * 544.0, b * 544.0)
+                + it(b + n, b * 544.0 + n * (n + 1) / 2, b * 544.0 + n)] for b in (1, 4, 16, 32)]
+    res = fit(pre, dec, streams)
+    assert res["costs"]["per_prefill_context_token_s"] == pytest.approx(per_ctx, rel=1e-3)
+    assert res["request_overhead_s"] == pytest.approx(base, rel=1e-3)
+    assert res["request_overhead_per_stream_s"] == pytest.approx(per_stream, rel=1e-3)
+    assert res["fit"]["stream_mae_s"] < 1e-9 and len(res["fit"]["stream_points"]) == 4
+    # the cost model reads the term; a file without it (fitted before it) reads as 0
+    doc = _doc(costs={**TRUE, "per_prefill_context_token_s": per_ctx}, request_overhead_per_stream_s=per_stream)
+    pf = parse_preset(doc, "f.json")
+    assert CostModel(pf.preset).prefill(32, 4096) == pytest.approx(it(32, 32 * (4096 + 16.5), 4128, 4096))
+    assert pf.request_overhead_per_stream_s == per_stream and "per call in flight" in dict(describe(pf))["request overhead"]
+    assert parse_preset(_doc(), "f.json").preset.fitted.per_prefill_context_token_s == 0.0
+    with pytest.raises(AgentrtError, match="costs.per_prefill_context_token_s"):
+        parse_preset(_doc(costs={**TRUE, "per_prefill_context_token_s": -1.0}), "f.json")
+
+
+def test_calibrate_refit_fits_a_presets_stored_points_again(tmp_path):
+    pre = [[n, c, 0.006 + _iteration(n, n * (c + (n + 1) / 2), c + n)] for n in (1, 64, 512) for c in (0, 2048)
+           if not (n == 1 and c)]
+    dec = [[b, b * 512.0, _iteration(b, b * 512.0, b * 512.0)] for b in (1, 8, 32)]
+    src = tmp_path / "old.json"
+    src.write_text(json.dumps(_doc(costs={k: 2 * v for k, v in TRUE.items()},
+                                   fit={"prefill_points": [[*p, 0.0] for p in pre],
+                                        "decode_points": [[*p, 0.0] for p in dec]})))
+    out = tmp_path / "new.json"
+    p = subprocess.run([sys.executable, "-m", "agentrt.cli", "calibrate", "--refit", str(src), "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    new = json.loads(out.read_text())
+    assert new["costs"]["per_token_s"] == pytest.approx(TRUE["per_token_s"], rel=1e-3)
+    assert new["refit_command"].startswith("agentrt calibrate --refit") and new["engine"] == _doc()["engine"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(_doc()))
+    p = subprocess.run([sys.executable, "-m", "agentrt.cli", "calibrate", "--refit", str(bare), "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "stores no measured points" in p.stderr
+
+
+def test_each_call_in_flight_lengthens_a_new_calls_path(tmp_path):
+    """`request_overhead_per_stream_s`: six workflows issue at once, so the k-th call read waits
+    the idle path plus k x the per-stream term (`replay.DelayedArrivals`)."""
+    trace = _trace(tmp_path / "t.jsonl")
+    runs = {}
+    for per in (0.0, 0.1):
+        f = tmp_path / f"p{per}.json"
+        f.write_text(json.dumps(_doc(request_overhead_s=0.01, request_overhead_per_stream_s=per)))
+        out = tmp_path / f"r{per}.json"
+        p = _bench("--trace", str(trace), "--preset-file", str(f), "--policies", "lru", "--quiet", "--json", str(out))
+        assert p.returncode == 0, p.stderr
+        runs[per] = json.loads(out.read_text())
+    a, b = runs[0.0]["results"]["lru"], runs[0.1]["results"]["lru"]
+    # first calls: 0..5 in flight -> mean extra 0.25 s; the later calls see fewer in flight
+    assert b["ttft_mean_s"] > a["ttft_mean_s"] + 0.1
+    assert runs[0.1]["config"]["measured_preset"]["request_overhead_per_stream_s"] == 0.1

@@ -47,6 +47,13 @@ def test_summaries_medians_ranges_and_cost_against_stock():
     assert loss({"request_throughput": 1.01, "mean_ttft_s": 0.99, "mean_tpot_ms": 1.0}) == 0.0
 
 
+def test_cpu_per_vllm_process_is_summarised_per_role():
+    runs = [_run(2.0, 10, 10) | {"cpu_s": {"api_server": a, "engine_core": 5.0, "worker": 9.0}} for a in (1.0, 3.0, 2.0)]
+    s = summarize(runs + [_run(2.0, 10, 10)])          # a run without the reading is left out
+    assert s["median"]["cpu_api_server_s"] == 2.0 and s["range"]["cpu_api_server_s"] == [1.0, 3.0]
+    assert s["median"]["cpu_worker_s"] == 9.0
+
+
 def test_what_the_engine_did_is_a_delta_between_two_scrapes_and_summarised_apart():
     from agentrt.enginebench.prom import HITS, PREEMPTIONS, PROMPT, QUERIES, WANTED
     before = dict.fromkeys(WANTED, 0.0) | {QUERIES: 1000.0, HITS: 400.0, PROMPT: 1000.0}
@@ -124,6 +131,8 @@ def test_variants_by_name():
     assert ours.agentrt and ours.kv["kv_connector_extra_config"]["policy"] == "pbkv-ta"
     old = variant("lru-vllm-binding")
     assert old.kv["kv_connector_extra_config"] == {"policy": "lru", "cpu_binding": "vllm"}
+    every = variant("pbkv-ta-stats-every-step")
+    assert every.kv["kv_connector_extra_config"] == {"policy": "pbkv-ta", "stats_interval_s": 0}
     with pytest.raises(Exception, match="nosuch"):
         variant("nosuch")
 
@@ -145,3 +154,5 @@ def test_the_connectors_own_time_is_a_sliver_of_a_loaded_run(tiny_model, tmp_pat
     assert r["connector"]["steps"] > 0 and r["connector"]["hook_s"] > 0, r
     assert r["engine"]["prefix_queries"] > 0 and 0.0 <= r["engine"]["prefix_hit_rate"] <= 1.0, r
     assert summarize([r])["median"]["hook_share_of_run"] <= HOOK_SHARE, r
+    # each of vLLM's processes was found and used CPU over the run
+    assert set(r["cpu_s"]) == {"api_server", "engine_core", "worker"} and min(r["cpu_s"].values()) > 0, r

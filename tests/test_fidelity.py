@@ -59,3 +59,33 @@ def test_an_order_the_live_runs_separate_must_hold_in_the_simulator():
     assert order_agrees(out["policies"]) == ["a vs b"]
     out["settings"] = {"command": "c"}
     assert "Where the time goes" not in fid.markdown({"x": out})
+
+
+def test_resimulate_reuses_the_live_runs_and_runs_only_the_simulator(tmp_path):
+    """`--resimulate`: the live runs stored in --work-dir are read, never re-run (no engine here),
+    the simulator replays run0's calls on the given preset, and the JSON names where the live
+    runs came from."""
+    import json
+
+    from test_calibrate import _doc, _trace
+    work = tmp_path / "work"
+    (work / "run0").mkdir(parents=True)
+    _trace(work / "run0" / "replayed-engine.jsonl")
+    for i, h in enumerate((0.40, 0.42)):
+        (work / f"live{i}.json").write_text(json.dumps(
+            {"calls": 12, "config": {"concurrency": None}, "results": {"lru": live(h, 0.1)}}))
+    preset = tmp_path / "preset.json"
+    preset.write_text(json.dumps(_doc()))
+    out = tmp_path / "fid.json"
+    assert fid.main(["--workload", "team", "--runs", "2", "--policies", "lru", "--vllm-blocks", "65",
+                     "--preset-file", str(preset), "--work-dir", str(work), "--resimulate",
+                     "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    f = doc["policies"]["lru"]
+    assert f["runs"] == 2 and f["live_hit"] == pytest.approx(0.41) and 0.0 <= f["sim_hit"] <= 1.0
+    assert doc["settings"]["live_runs_from"] == str(work) and (work / "sim-preset.json").is_file()
+    with pytest.raises(SystemExit, match="live2.json is missing"):
+        fid.main(["--workload", "team", "--runs", "3", "--policies", "lru", "--preset-file", str(preset),
+                  "--work-dir", str(work), "--resimulate", "--json", str(out)])
+    with pytest.raises(SystemExit):
+        fid.main(["--workload", "team", "--resimulate", "--json", str(out)])   # no work dir, no preset

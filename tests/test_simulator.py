@@ -84,6 +84,26 @@ def test_fan_out_and_fan_in():
     assert c3.call == 3 and t3 == 3.0
 
 
+def test_delayed_arrivals_add_a_path_per_call_in_flight():
+    from agentrt.engine.replay import DelayedArrivals
+    calls = [call(f"w{i}", 0, [i + 1], ts=0, last=True) for i in range(3)] + [call("w9", 0, [9], ts=5000, last=True)]
+    r = DelayedArrivals(WorkflowReplay(iter(calls)), 0.5, per_stream=1.0)
+    assert r.next_arrival() == 0.5                      # the idle path: a lower bound, when to look
+    (t, c), = r.pop_arrivals(0.5)                       # read: 0 in flight, 1 and 2 wait 1 s and 2 s more
+    assert (t, c.workflow) == (0.0, "w0") and r.in_flight == 3
+    assert r.next_arrival() == 1.5 and r.pop_arrivals(1.4) == []
+    (_, c1), = r.pop_arrivals(1.5)
+    r.finish(c, 1.6)
+    r.finish(c1, 1.7)
+    (_, c2), = r.pop_arrivals(2.5)
+    assert c2.workflow == "w2" and r.in_flight == 1
+    assert r.next_arrival() == 5.5
+    (t, c9), = r.pop_arrivals(6.5)                      # issued at 5 with one in flight: 5 + 0.5 + 1
+    assert t == 5.0 and c9.workflow == "w9"
+    plain = DelayedArrivals(WorkflowReplay(iter(calls[:2])), 0.5)
+    assert len(plain.pop_arrivals(0.5)) == 2           # no per-stream term: every call after the idle path
+
+
 def test_concurrency_limits_active_workflows():
     calls = [call(f"w{i}", 0, [i + 1], ts=0, last=True) for i in range(5)]
     r = WorkflowReplay(iter(calls), concurrency=2)

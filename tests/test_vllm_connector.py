@@ -47,6 +47,9 @@ def test_config_parsing_and_transfer_config():
     with pytest.raises(ValueError):
         kv_transfer_config("lru", host_blocks=-1)
     assert kv_transfer_config("lru", host_blocks=8)["kv_role"] == "kv_both"   # it loads KV into blocks
+    assert ConnectorConfig.from_extra({})[0].stats_interval_s == 0.5
+    with pytest.raises(ValueError, match="stats_interval_s"):
+        kv_transfer_config("lru", stats_interval_s=-1)
 
 
 # ---------------------------------------------------------------------------- mirror (fake blocks)

@@ -80,6 +80,24 @@ def test_reporter_sends_what_changed_and_nothing_when_nothing_did():
 
 
 @requires_vllm
+def test_reports_wait_for_the_interval_while_requests_are_in_flight():
+    """`stats_interval_s`: a change is held while requests are in flight and less than the
+    interval has passed since the last report; it goes at once when nothing is in flight; with
+    nothing changed, only once `QUIET_S` has passed (the timing counters)."""
+    from agentrt.vllm.prom import QUIET_S, StatsReporter
+    r = StatsReporter(interval=0.5)
+    assert r.due((1,), 0.0, idle=False)                # the first report goes
+    assert not r.due((2,), 0.2, idle=False)            # changed, busy, too soon
+    assert r.due((2,), 0.2, idle=True)                 # changed, nothing in flight: at once
+    assert not r.due((3,), 0.4, idle=False)
+    assert r.due((3,), 0.75, idle=False)               # the interval has passed
+    assert not r.due((3,), 0.8, idle=True)             # nothing changed
+    assert r.due((3,), 0.75 + QUIET_S, idle=False)     # the timing counters, once in QUIET_S
+    every = StatsReporter(interval=0.0)                # 0: every step something changed
+    assert every.due((1,), 0.0, idle=False) and every.due((2,), 0.001, idle=False)
+
+
+@requires_vllm
 def test_vllm_logging_aggregates_intervals():
     """vLLM's periodic log line ("KV Transfer metrics: ...") sums the steps' reports."""
     from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorLogging

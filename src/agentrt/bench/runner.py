@@ -125,7 +125,8 @@ def engine_config(opts: BenchOptions, block_size: int) -> EngineConfig:
         return EngineConfig(preset=pf.preset, block_size=block_size, gpu_blocks=opts.gpu_blocks,
                             host_blocks=opts.host_blocks, max_batch_tokens=pf.max_batch_tokens,
                             max_running=pf.max_running, cache_at=opts.cache_at,
-                            request_overhead_s=pf.request_overhead_s)
+                            request_overhead_s=pf.request_overhead_s,
+                            request_overhead_per_stream_s=pf.request_overhead_per_stream_s)
     return EngineConfig(preset=get_preset(opts.preset), block_size=block_size,
                         gpu_blocks=opts.gpu_blocks, host_blocks=opts.host_blocks,
                         max_batch_tokens=opts.max_batch_tokens, max_running=opts.max_running,
@@ -353,7 +354,8 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
         config.update(preset=pf.preset.name, max_batch_tokens=cfg.max_batch_tokens,
                       max_running=cfg.max_running,
                       measured_preset={k: pf.doc[k] for k in ("name", "command", "engine", "costs",
-                                                              "request_overhead_s") if k in pf.doc})
+                                                              "request_overhead_s", "request_overhead_per_stream_s")
+                                    if k in pf.doc})
     return {"schema_version": SCHEMA_VERSION, "trace": source.label, "calls": first.calls, "workflows": first.workflows,
             "config": config, "results": ordered,
             "lru_reference": lru_metrics.summary() if hidden_lru and lru_metrics else None}

@@ -23,14 +23,16 @@ from agentrt.sched.base import Scheduler
 
 class ChunkPlan:
     """One iteration's batch as it is planned: the chunks, and the tokens, attention pairs and KV
-    read so far (starting from the decode steps'), the budget left, the tenants' prefill caps."""
-    __slots__ = ("chunks", "tokens", "pairs", "kv", "budget", "caps")
+    read so far (starting from the decode steps'), the context before its prefill chunks, the
+    budget left, the tenants' prefill caps."""
+    __slots__ = ("chunks", "tokens", "pairs", "kv", "prefill_context", "budget", "caps")
 
     def __init__(self, tokens: int, pairs: float, kv: float, budget: int, shapes: bool) -> None:
         self.chunks: list[tuple[Request, int]] = []
         self.tokens = tokens
         self.pairs = pairs
         self.kv = kv
+        self.prefill_context = 0.0
         self.budget = budget
         self.caps: dict[str, int] | None = {} if shapes else None   # tenant -> tokens it may still take
 
@@ -83,6 +85,7 @@ class PrefillBatch:
         plan.tokens += n
         plan.pairs += n * (r.context + (n + 1) / 2.0)
         plan.kv += r.context + n
+        plan.prefill_context += r.context
         plan.budget = budget - n
         return plan.budget > 0
 

@@ -41,14 +41,17 @@ class CostModel:
         self._kv_s = m.kv_bytes_per_token / bw
         self.overhead = preset.iteration_overhead_s
 
-    def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float) -> float:
-        """Seconds for one iteration with `tokens` in the batch."""
+    def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
+                  prefill_context: float = 0.0) -> float:
+        """Seconds for one iteration with `tokens` in the batch; `prefill_context`: the tokens
+        before each of its prefill chunks, summed (a fitted preset's own term; the roofline
+        counts that context in the pairs and the KV read only)."""
         if tokens <= 0:
             return 0.0
         f = self._fit
         if f is not None:
             return (f.overhead_s + f.per_token_s * tokens + f.per_pair_s * attn_pairs
-                    + f.per_kv_token_s * kv_tokens_read)
+                    + f.per_kv_token_s * kv_tokens_read + f.per_prefill_context_token_s * prefill_context)
         compute = (self._linear_flops * tokens + self._attn_flops * attn_pairs) / self._flops_s
         memory = self._weight_s + self._kv_s * kv_tokens_read
         return (compute if compute > memory else memory) + self.overhead
@@ -60,7 +63,7 @@ class CostModel:
     def prefill(self, new_tokens: int, cached_tokens: int) -> float:
         """A lone prefill of `new_tokens` after `cached_tokens` (for docs, tests and estimates)."""
         return self.iteration(new_tokens, self.prefill_pairs(new_tokens, cached_tokens),
-                              cached_tokens + new_tokens)
+                              cached_tokens + new_tokens, cached_tokens)
 
     def decode(self, batch: int, total_context: int) -> float:
         """One decode step of `batch` sequences holding `total_context` tokens in all."""

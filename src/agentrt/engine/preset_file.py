@@ -8,15 +8,18 @@ A preset file is one JSON object (format `agentrt-preset/1`):
                 "max_num_seqs": 128, "cache_at": "schedule",
                 "model": {"name": "...", "params": 5000000, "layers": 4, "hidden": 256,
                           "heads": 4, "kv_heads": 4, "head_dim": 64, "dtype_bytes": 4}},
-     "costs": {"overhead_s": ..., "per_token_s": ..., "per_pair_s": ..., "per_kv_token_s": ...},
+     "costs": {"overhead_s": ..., "per_token_s": ..., "per_pair_s": ..., "per_kv_token_s": ...,
+               "per_prefill_context_token_s": ...},
      "request_overhead_s": ..., "fit": {...}}
 
-`costs` are the fitted iteration terms (`presets.FittedCosts`); `engine` says what was measured:
+`costs` are the fitted iteration terms (`presets.FittedCosts`; `per_prefill_context_token_s` is
+optional, 0 in files written before it); `engine` says what was measured:
 its KV pool, its scheduler's token budget per step and running-request cap (the simulator's
 `max_batch_tokens` and `max_running`) and when it makes computed blocks hits (vLLM V1: when
 scheduled). `request_overhead_s` is what a lone request's first token costs beyond its prefill
 step (the HTTP and API-server path; the simulator delays each call's arrival at the engine by it,
-`replay.DelayedArrivals`) and `fit` keeps the measured points
+`replay.DelayedArrivals`), `request_overhead_per_stream_s` (optional) what each call already
+streaming adds to that path, and `fit` keeps the measured points
 with the fit's predictions, so the file shows how well the model fits. Unknown keys are ignored;
 a missing or bad value is an error naming the file and the field.
 """
@@ -45,6 +48,7 @@ class PresetFile:
     cache_at: str                # "schedule" (vLLM V1) or "prefill"
     request_overhead_s: float    # a request's path to the engine (simulated as an arrival delay)
     doc: dict                    # the whole file, as read (recorded in bench JSON)
+    request_overhead_per_stream_s: float = 0.0   # ... longer by this per call in flight
 
 
 def _field(doc: dict, path: str, where: str, kind, minimum: float | None = 0, required: bool = True):
@@ -81,7 +85,8 @@ def parse_preset(doc: object, where: str) -> PresetFile:
                       _field(doc, m + "heads", where, int, 1), _field(doc, m + "kv_heads", where, int, 1),
                       _field(doc, m + "head_dim", where, int, 1), _field(doc, m + "dtype_bytes", where, int, 1))
     costs = FittedCosts(*(_field(doc, f"costs.{k}", where, float)
-                          for k in ("overhead_s", "per_token_s", "per_pair_s", "per_kv_token_s")))
+                          for k in ("overhead_s", "per_token_s", "per_pair_s", "per_kv_token_s")),
+                        _field(doc, "costs.per_prefill_context_token_s", where, float, 0, required=False) or 0.0)
     kv_tokens = _field(doc, "engine.kv_tokens", where, int, 1)
     device = _field(doc, "engine.device", where, str)
     gpu = GPUSpec(f"{_field(doc, 'engine.kind', where, str)} on {device}", kv_tokens * model.kv_bytes_per_token,
@@ -94,7 +99,8 @@ def parse_preset(doc: object, where: str) -> PresetFile:
     return PresetFile(where, preset, _field(doc, "engine.block_size", where, int, 1),
                       _field(doc, "engine.max_num_batched_tokens", where, int, 1),
                       _field(doc, "engine.max_num_seqs", where, int, 1), cache_at,
-                      _field(doc, "request_overhead_s", where, float, required=False) or 0.0, doc)
+                      _field(doc, "request_overhead_s", where, float, required=False) or 0.0, doc,
+                      _field(doc, "request_overhead_per_stream_s", where, float, required=False) or 0.0)
 
 
 def load_preset_file(path: str | Path) -> PresetFile:
@@ -131,10 +137,14 @@ def describe(pf: PresetFile) -> list[tuple[str, str]]:
             ("scheduler", f"{pf.max_batch_tokens:,} tokens per step, at most {pf.max_running} running; "
                           f"blocks are hits from {pf.cache_at}"),
             ("iteration", f"{c.overhead_s * 1e3:.3f} ms + {c.per_token_s * 1e6:.3f} us/token "
-                          f"+ {c.per_pair_s * 1e9:.4f} ns/attention pair + {c.per_kv_token_s * 1e9:.3f} ns/KV token read")]
+                          f"+ {c.per_pair_s * 1e9:.4f} ns/attention pair + {c.per_kv_token_s * 1e9:.3f} ns/KV token read"
+                          + (f" + {c.per_prefill_context_token_s * 1e9:.3f} ns/context token before a prefill chunk"
+                             if c.per_prefill_context_token_s else ""))]
     if "request_overhead_s" in d:
         rows.append(("request overhead", f"{d['request_overhead_s'] * 1e3:.1f} ms from a request's send to the engine "
-                                         f"(the simulator delays arrivals by it)"))
+                                         f"(the simulator delays arrivals by it)"
+                                         + (f", + {d['request_overhead_per_stream_s'] * 1e3:.2f} ms per call in flight"
+                                            if d.get("request_overhead_per_stream_s") else "")))
     fit = d.get("fit") or {}
     for part in ("prefill", "decode"):
         if f"{part}_mape" in fit:

@@ -65,14 +65,18 @@ class FittedCosts:
     """An iteration's time measured on a live engine (`agentrt calibrate`), the same terms as the
     roofline's but fitted, summed rather than maxed (one processor does both on a CPU engine;
     on a GPU the fit still weighs each term by what the engine showed):
-    overhead + per_token x tokens + per_pair x attention pairs + per_kv_token x KV tokens read."""
+    overhead + per_token x tokens + per_pair x attention pairs + per_kv_token x KV tokens read
+    + per_prefill_context_token x the context before each prefill chunk (what a chunk after a
+    cached prefix pays beyond its attention pairs, inside vLLM-CPU's own prefill phase:
+    `benchmarks/request_path.py`; 0 in presets fitted before it)."""
     overhead_s: float
     per_token_s: float
     per_pair_s: float
     per_kv_token_s: float
+    per_prefill_context_token_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("overhead_s", "per_token_s", "per_pair_s", "per_kv_token_s"):
+        for name in ("overhead_s", "per_token_s", "per_pair_s", "per_kv_token_s", "per_prefill_context_token_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v >= 0 and v == v and v != float("inf")):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")

@@ -238,16 +238,24 @@ class WorkflowReplay:
 
 
 class DelayedArrivals:
-    """A replay whose calls reach the engine `delay` seconds after they are issued: the path of a
+    """A replay whose calls reach the engine some time after they are issued: the path of a
     request through an API server before the engine sees it (a measured engine's
-    `request_overhead_s`). Arrival times stay the issue times, so TTFT and end-to-end latency
-    include the delay, as a client measures them."""
+    `request_overhead_s`), plus `per_stream` for each call already in flight (issued, not
+    finished) when it is read: an API server that streams other calls' tokens takes a new call
+    in later (`request_overhead_per_stream_s`). Arrival times stay the issue times, so TTFT and
+    end-to-end latency include the delay, as a client measures them. A call is read once it may
+    have arrived (its issue time + `delay`), so the calls in flight are counted then; `delay`
+    alone is a lower bound on every call's path, which is when the engine is woken."""
 
-    __slots__ = ("inner", "delay")
+    __slots__ = ("inner", "delay", "per_stream", "in_flight", "_ready", "_seq")
 
-    def __init__(self, inner: WorkflowReplay, delay: float) -> None:
+    def __init__(self, inner: WorkflowReplay, delay: float, per_stream: float = 0.0) -> None:
         self.inner = inner
         self.delay = delay
+        self.per_stream = per_stream
+        self.in_flight = 0
+        self._ready: list[tuple[float, int, float, Call]] = []    # (reaches the engine, order, issued, call)
+        self._seq = 0
 
     @property
     def late_arrivals(self) -> int:
@@ -255,10 +263,27 @@ class DelayedArrivals:
 
     def next_arrival(self) -> float | None:
         t = self.inner.next_arrival()
-        return None if t is None else t + self.delay
+        t = None if t is None else t + self.delay
+        if self._ready and (t is None or self._ready[0][0] < t):
+            return self._ready[0][0]
+        return t
 
     def pop_arrivals(self, now: float) -> list[tuple[float, Call]]:
-        return self.inner.pop_arrivals(now - self.delay)
+        issued = self.inner.pop_arrivals(now - self.delay)
+        if not self.per_stream and not self._ready:
+            self.in_flight += len(issued)
+            return issued
+        ready = self._ready
+        for t, c in issued:
+            self._seq += 1
+            heapq.heappush(ready, (t + self.delay + self.per_stream * self.in_flight, self._seq, t, c))
+            self.in_flight += 1
+        out = []
+        while ready and ready[0][0] <= now:
+            _, _, t, c = heapq.heappop(ready)
+            out.append((t, c))
+        return out
 
     def finish(self, c: Call, now: float):
+        self.in_flight -= 1
         return self.inner.finish(c, now)

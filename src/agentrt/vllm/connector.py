@@ -115,6 +115,7 @@ class AgentRTConnector(LayerlessConnector):
                                          separate_workers=backend == "mp")
             from agentrt.vllm.prom import StatsReporter
             self._reporter = StatsReporter()
+            self._reporter.interval = self.cfg.stats_interval_s
             log.info("agentrt: policy %s, reorder %s", self.cfg.policy, self._hosted.reorder)
         self.elog.write("init", policy=self.cfg.policy, block_size=self.block_size,
                         reorder=not self.cfg.stock, host_blocks=self.cfg.host_blocks)
@@ -203,7 +204,7 @@ class AgentRTConnector(LayerlessConnector):
             return None                      # workers report nothing
         t0 = perf_counter()
         try:
-            if not rep.due(h.change_marker(), t0):
+            if not rep.due(h.change_marker(), t0, h.idle):
                 return None
             return rep.take(h.stats())
         except Exception as e:  # noqa: BLE001 - metrics never change what the engine does

@@ -135,6 +135,11 @@ class HostedRuntime:
         self._warned_hints = False
 
     # ------------------------------------------------------------------ plumbing
+    @property
+    def idle(self) -> bool:
+        """No request in flight (vLLM has none it told the connector of and not finished)."""
+        return not self._reqs
+
     def now(self) -> float:
         return time.monotonic() - self._t0
 

@@ -194,14 +194,22 @@ class StatsReporter:
     vLLM asks every step. `due` keeps that cheap: the stats are built only when the hosted
     runtime's change marker moved (an event, a count, a reorder) or `QUIET_S` has passed, so a
     decode step that changed nothing costs a tuple comparison, and the step and hook-time
-    counters, which move every step, ride along with other reports or go once a second."""
+    counters, which move every step, ride along with other reports or go once a second. While
+    requests are in flight a change waits until `interval` has passed since the last report
+    (each report is a message vLLM's API server processes beside the tokens it streams; the
+    counters are cumulative, so a later report carries what a skipped one would have); once
+    none is (`idle`) it goes at once, so /metrics is current when a run ends."""
     last: dict | None = None
     broken: bool = False        # set by the connector once `take` raised: metrics stay frozen
     marker: object = None
     at: float = float("-inf")
+    interval: float = 0.0       # the connector's `stats_interval_s`
 
-    def due(self, marker: object, now: float) -> bool:
-        if marker == self.marker and now - self.at < QUIET_S:
+    def due(self, marker: object, now: float, idle: bool = True) -> bool:
+        since = now - self.at
+        if marker == self.marker and since < QUIET_S:
+            return False
+        if marker != self.marker and not idle and since < self.interval:
             return False
         self.marker, self.at = marker, now
         return True
