@@ -156,3 +156,26 @@ def test_the_connectors_own_time_is_a_sliver_of_a_loaded_run(tiny_model, tmp_pat
     assert summarize([r])["median"]["hook_share_of_run"] <= HOOK_SHARE, r
     # each of vLLM's processes was found and used CPU over the run
     assert set(r["cpu_s"]) == {"api_server", "engine_core", "worker"} and min(r["cpu_s"].values()) > 0, r
+
+
+@requires_vllm
+def test_connector_hooks_time_the_real_connector_on_vllms_block_pool(tmp_path):
+    """`benchmarks/connector_hooks.py`: the real connector on vLLM's BlockPool, driven by a trace's
+    calls without an engine: every call and step counted, its time per step, and a prompt larger
+    than the pool answered from its hit instead of failing the replay."""
+    import json
+
+    from bench_scripts import load_script
+    from test_calibrate import _trace
+    hooks = load_script("connector_hooks")
+    trace = _trace(tmp_path / "t.jsonl")
+    out = tmp_path / "hooks.json"
+    assert hooks.main(["--trace", str(trace), "--policies", "lru,pbkv-ta", "--blocks", "64",
+                       "--steps-per-call", "3", "--repeats", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    rows = {r["policy"]: r for r in doc["policies"]}
+    assert rows["lru"]["calls"] == 12 and rows["lru"]["steps"] == 36 and rows["lru"]["too_long"] == 0
+    assert rows["pbkv-ta"]["hook_s"] > 0 and rows["pbkv-ta"]["hook_us_per_step"] > 0
+    reqs, block = hooks.requests(str(trace))
+    assert block == 32 and len(reqs[0].block_hashes) == 10
+    assert hooks.replay("lru", reqs, block, 6, 1, 8)["too_long"] == 12       # 10-block prompts, 5 free blocks

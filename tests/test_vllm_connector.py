@@ -48,6 +48,9 @@ def test_config_parsing_and_transfer_config():
         kv_transfer_config("lru", host_blocks=-1)
     assert kv_transfer_config("lru", host_blocks=8)["kv_role"] == "kv_both"   # it loads KV into blocks
     assert ConnectorConfig.from_extra({})[0].stats_interval_s == 0.5
+    assert ConnectorConfig.from_extra({})[0].rerank_duty == 0.02
+    with pytest.raises(ValueError, match="rerank_duty"):
+        kv_transfer_config("pbkv-ta", rerank_duty=0)
     with pytest.raises(ValueError, match="stats_interval_s"):
         kv_transfer_config("lru", stats_interval_s=-1)
 
@@ -375,9 +378,9 @@ def test_a_prefix_cache_reset_clears_the_host_tier_instead_of_demoting_the_old_k
 
 @requires_vllm
 @pytest.mark.slow
-def test_epoch_re_ranks_are_spaced_to_a_tenth_of_the_time():
-    """An epoch that comes sooner after the last full re-rank than nine times its cost waits
-    (the queue keeps the previous keys); the first order call after the gap re-ranks."""
+def test_epoch_re_ranks_are_spaced_to_the_duty_cycle():
+    """An epoch that comes sooner after the last full re-rank than (1 - duty) / duty times its
+    cost waits (the queue keeps the previous keys); the first order call after the gap re-ranks."""
     from agentrt.vllm import reorder
     ph = PoolHarness("pbkv-lae", 64)
     ph.call(_prompt(1, 16), {"agentrt_workflow": "live", "agentrt_agent": "planner"})
@@ -390,7 +393,7 @@ def test_epoch_re_ranks_are_spaced_to_a_tenth_of_the_time():
     policy.epoch += 1
     ph.h.before_alloc()                      # a full re-rank (it took 0 s on this clock)
     scored = o.stats.scored
-    o._next_full = 1.0                       # as if it had cost 1/9 s
+    o._next_full = 1.0                       # as if it had cost 1/49 s
     policy.epoch += 1
     ph.h.before_alloc()
     assert o.pending and o.stats.deferred == 1 and o.stats.scored == scored
@@ -399,7 +402,13 @@ def test_epoch_re_ranks_are_spaced_to_a_tenth_of_the_time():
     now[0] = 2.0
     ph.h.before_alloc()                      # the gap passed: the pending epoch re-ranks
     assert not o.pending and o.stats.scored > scored and o._epoch == ph.h.runtime.epoch
-    assert reorder.DUTY == 0.1 and ph.h.stats()["reorders_deferred"] == 2
+    assert o.duty == reorder.DUTY == 0.02 and ph.h.stats()["reorders_deferred"] == 2
+    t0 = now[0]
+    now[0] = t0 + 0.0                        # a re-rank costing 1 s on this clock ...
+    o.clock = iter([t0, t0 + 1.0]).__next__
+    policy.epoch += 1
+    ph.h.before_alloc()
+    assert o._next_full == pytest.approx(t0 + 1.0 + 49.0)   # ... waits 49 s before the next one
 
 
 # ---------------------------------------------------------------------------- live server

@@ -44,6 +44,9 @@ Keys of `kv_connector_extra_config` (all optional):
     cpu_binding     "stock" (default) or "vllm": on the CPU, bind vLLM's threads as stock vLLM
                     does (vLLM reserves an extra core for any connector's transfer threads, which
                     this connector does not have; `cpu_binding.py`), or keep vLLM's rule
+    rerank_duty     the most of the scheduler's time full re-ranks of the free queue may take
+                    (default 0.02); an epoch that comes sooner waits, the queue keeping the
+                    previous keys (`reorder.py`)
     stats_interval_s  while requests are in flight, the connector's figures go to vLLM's /metrics
                     at most this often (default 0.5 s); each report is one more message for vLLM's
                     API server to process beside the tokens it streams. Once nothing is in flight
@@ -83,6 +86,7 @@ class ConnectorConfig:
     safety_net: bool = True
     cpu_binding: str = "stock"
     stats_interval_s: float = 0.5
+    rerank_duty: float = 0.02
     fail_after: int | None = None
 
     @classmethod
@@ -104,6 +108,9 @@ class ConnectorConfig:
         cfg.silent_after_s = float(cfg.silent_after_s)
         cfg.sweep_interval_s = float(cfg.sweep_interval_s)
         cfg.stats_interval_s = float(cfg.stats_interval_s)
+        cfg.rerank_duty = float(cfg.rerank_duty)
+        if not 0.0 < cfg.rerank_duty <= 1.0:
+            raise ValueError(f"rerank_duty must be in (0, 1], got {cfg.rerank_duty}")
         if not 0.0 <= cfg.stats_interval_s <= 60.0:
             raise ValueError(f"stats_interval_s must be in [0, 60], got {cfg.stats_interval_s}")
         for name in ("max_workflows", "max_workflows_per_tenant"):

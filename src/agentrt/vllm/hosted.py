@@ -161,7 +161,8 @@ class HostedRuntime:
     def bind_pool(self, pool) -> None:
         self.pool = pool
         self.evictions.bind(pool)
-        self.orderer = QueueOrderer(pool.free_block_queue, self._score, self.mirror.by_block)
+        self.orderer = QueueOrderer(pool.free_block_queue, self._score, self.mirror.by_block,
+                                    duty=self.cfg.rerank_duty)
         self.tenants.gpu_capacity = pool.num_gpu_blocks
         self.retention.capacity = pool.num_gpu_blocks
         if not pool.enable_caching:

@@ -16,8 +16,10 @@ Cost bounds
 - Only the suffix of the queue from the first changed position is relinked; when newly freed
   blocks already sort last (the common case under LRU-like scores) nothing moves.
 - A policy epoch (new keys for every block) costs a re-rank of the whole queue; re-ranks are
-  spaced so that they take at most a tenth of the scheduler's time (`DUTY`): an epoch that comes
-  sooner after the last re-rank than nine times its cost is deferred, the queue keeping the
+  spaced so that they take at most `duty` of the scheduler's time (the connector's
+  `rerank_duty`, default `DUTY`: a fiftieth, so they cannot cost the engine more than 2% of its
+  steps): an epoch that comes sooner after the last re-rank than (1 - duty) / duty times its
+  cost is deferred, the queue keeping the
   previous epoch's keys (newly freed blocks are placed by their current ones), and the next
   call after the gap re-ranks (`pending`). Policies that bump the epoch on every arrival and
   finish (PBKV, KVFlow, CacheSage) would otherwise re-score the whole queue nearly every step.
@@ -33,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-DUTY = 0.1      # the most of the scheduler's time full re-ranks may take
+DUTY = 0.02     # the most of the scheduler's time full re-ranks may take (the default)
 
 
 @dataclass(slots=True)
@@ -54,14 +56,17 @@ class ReorderStats:
     relinks: int = 0         # times blocks were moved
     moved: int = 0           # blocks relinked, in total
     scored: int = 0          # score() calls
-    deferred: int = 0        # epoch changes whose re-rank waited (DUTY)
+    deferred: int = 0        # epoch changes whose re-rank waited (the duty cycle)
     time: Stopwatch = field(default_factory=Stopwatch)
 
 
 class QueueOrderer:
     def __init__(self, queue, score: Callable, by_block: dict,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, duty: float = DUTY) -> None:
+        if not 0.0 < duty <= 1.0:
+            raise ValueError(f"duty must be in (0, 1], got {duty}")
         self.queue = queue
+        self.duty = duty
         self.score = score
         self.by_block = by_block
         self.clock = clock
@@ -116,7 +121,7 @@ class QueueOrderer:
                     return self._rank()
                 finally:
                     t1 = self.clock()
-                    self._next_full = t1 + (t1 - t0) * (1.0 - DUTY) / DUTY
+                    self._next_full = t1 + (t1 - t0) * (1.0 - self.duty) / self.duty
             # too soon: the previous epoch's keys stay, newly freed blocks are placed
             self.pending = True
             self.stats.deferred += 1
