@@ -30,8 +30,6 @@ SHAPES = ((32, 0), (32, 1024), (32, 4096), (32, 6000), (512, 0), (512, 4096), (2
 
 
 def measure(repeats: int, say=print) -> dict:
-    import httpx
-
     from agentrt.enginebench import prom
     from agentrt.enginebench.calibrate import Probe
     from agentrt.local.launch import VLLMServer
@@ -40,10 +38,6 @@ def measure(repeats: int, say=print) -> dict:
     srv = VLLMServer(model, num_blocks=256, block_size=32, die_with_parent=True)
     srv.start()
     probe = Probe(srv.base_url, srv.served_name, model_info(model)["vocab"])
-    http = httpx.Client(timeout=30)
-
-    def scrape() -> dict:
-        return prom.parse(http.get(srv.base_url + "/metrics").text)
     shapes = []
     try:
         probe.request(probe.tokens(8), 2)                  # first-request costs off the clock
@@ -53,9 +47,9 @@ def measure(repeats: int, say=print) -> dict:
                 prefix = probe.tokens(cached)
                 if cached:
                     probe.request(prefix, 1)
-                before = scrape()
+                before = prom.scrape_now(srv.base_url)
                 times, hit = probe.request(prefix + probe.tokens(new), 1)
-                ph = prom.phases(prom.delta(scrape(), before))
+                ph = prom.phases(prom.delta(prom.scrape_now(srv.base_url), before))
                 rows.append({"client_ttft_s": times[0], "vllm_ttft_s": ph["ttft"], "queue_s": ph["queue"],
                              "prefill_s": ph["prefill"], "hit": hit})
             med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
@@ -66,7 +60,6 @@ def measure(repeats: int, say=print) -> dict:
                 f"prefill {1e3 * med['prefill_s']:6.1f}, path {1e3 * med['path_s']:5.1f}")
     finally:
         probe.close()
-        http.close()
         srv.stop()
     return {"shapes": shapes, "settings": {"repeats": repeats, "engine_core_nice": srv.nice_applied}}
 

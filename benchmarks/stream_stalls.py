@@ -36,11 +36,12 @@ import time
 from pathlib import Path
 
 from agentrt.enginebench.iterations import LINE
-from agentrt.local.engine_nice import ENGINE_CORE_COMM
+from agentrt.local.proc_cpu import API_SERVER, ENGINE_CORE, WORKER, role, task_times
 
 # vLLM's iteration line (iterations.LINE) after the stamp LOGGING gives it: group 1 the time,
 # then LINE's groups (the elapsed ms is group 6)
 STAMPED = re.compile(r"^\S+ (\d+\.\d+) .*?" + LINE.pattern, re.M)
+VLLM_KINDS = {API_SERVER: "vLLM API server", ENGINE_CORE: "vLLM engine core", WORKER: "vLLM worker"}
 LOGGING = {"version": 1, "disable_existing_loggers": False,
            "formatters": {"f": {"class": "vllm.logging_utils.NewLineFormatter",
                                 "format": "%(levelname)s %(created).3f [%(filename)s:%(lineno)d] %(message)s"}},
@@ -81,32 +82,22 @@ def cpu_sampler(stop: threading.Event, out: dict[str, dict[str, list[float]]], m
                 bench_pid: list[int]) -> None:
     """Per process kind, over each two-second window with the engine at work: its CPU share and
     its threads' time runnable but waiting for a CPU (`schedstat`), in cores."""
-    def kind(pid: str, cmd: str, comm: str) -> str:
-        if int(pid) == me:
+    def kind(pid: int) -> str:
+        if pid == me:
             return "observer"
-        if bench_pid and int(pid) == bench_pid[0]:
+        if bench_pid and pid == bench_pid[0]:
             return "replay client"
-        if "api_server" in cmd:
-            return "vLLM API server"
-        return {ENGINE_CORE_COMM: "vLLM engine core", "VLLM::Worker": "vLLM worker"}.get(comm, "")
+        return VLLM_KINDS.get(role(pid), "")
 
-    def snap() -> dict[str, tuple[float, float, str]]:
+    def snap() -> dict[int, tuple[float, float, str]]:
         d = {}
         for p in os.listdir("/proc"):
             if not p.isdigit():
                 continue
-            try:
-                comm = Path(f"/proc/{p}/comm").read_text().strip()
-                k = kind(p, Path(f"/proc/{p}/cmdline").read_text(), comm)
-                if not k:
-                    continue
-                run = wait = 0.0
-                for t in os.listdir(f"/proc/{p}/task"):
-                    f = Path(f"/proc/{p}/task/{t}/schedstat").read_text().split()
-                    run, wait = run + int(f[0]) / 1e9, wait + int(f[1]) / 1e9
-            except OSError:
-                continue
-            d[p] = (run, wait, k)
+            k = kind(int(p))
+            times = task_times(int(p)) if k else (0.0, 0.0)
+            if times != (0.0, 0.0):              # (0, 0): it exited meanwhile
+                d[int(p)] = (*times, k)
         return d
     a = snap()
     while not stop.wait(2.0):

@@ -57,10 +57,8 @@ START, END = "<!-- vllm-preemption:start -->", "<!-- vllm-preemption:end -->"
 
 def metric(base_url: str, name: str) -> float:
     """One of vLLM's Prometheus counters, summed over its labels."""
-    import httpx
-
     from agentrt.enginebench import prom
-    return prom.parse(httpx.get(base_url + "/metrics", timeout=30).text, (name,))[name]
+    return prom.scrape_now(base_url, (name,))[name]
 
 
 def _body(srv, prompt: list[int], max_tokens: int, xargs: dict, priority: int | None, **more) -> dict:

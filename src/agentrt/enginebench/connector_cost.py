@@ -94,15 +94,9 @@ class Load:
     requests: int = 200       # the trace's first lines replayed
 
 
-def _scrape(base_url: str, wanted=prom.WANTED) -> dict[str, float]:
-    """The `wanted` counters of vLLM's /metrics, now (zeros for those it does not export)."""
-    import httpx
-    return prom.parse(httpx.get(base_url + "/metrics", timeout=30).text, wanted)
-
-
 def engine_counters(base_url: str) -> dict[str, float]:
     """vLLM's own counters (prefix-cache queries and hits, prompt tokens, preemptions)."""
-    return _scrape(base_url)
+    return prom.scrape_now(base_url)
 
 
 def engine_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
@@ -115,7 +109,7 @@ def engine_delta(before: dict[str, float], after: dict[str, float]) -> dict[str,
 
 def connector_cost(base_url: str) -> dict[str, float]:
     """The agentrt connector's own counters from vLLM's /metrics (zeros without the connector)."""
-    return _scrape(base_url, CONNECTOR_METRICS)
+    return prom.scrape_now(base_url, CONNECTOR_METRICS)
 
 
 # where a vLLM process spends its samples (py-spy stacks), by the frames they contain: the engine
@@ -234,16 +228,13 @@ def summarize(runs: list[dict]) -> dict:
     figures = [(k, [r.get(k) for r in runs]) for k in METRICS]
     # what the engine did, not what it cost
     figures += [(k, [(r.get("engine") or {}).get(k) for r in runs]) for k in ("prefix_hit_rate", "preemptions")]
+    # CPU seconds per vLLM process over the run (runs that read it)
+    figures += [(f"cpu_{k}_s", [(r.get("cpu_s") or {}).get(k) for r in runs]) for k in ROLES]
     for k, vals in figures:
         vals = [v for v in vals if v is not None]
         if vals:
             out["median"][k] = statistics.median(vals)
             out["range"][k] = [min(vals), max(vals)]
-    for role in ROLES:                  # CPU seconds per vLLM process over the run (runs that read it)
-        vals = [r["cpu_s"][role] for r in runs if role in (r.get("cpu_s") or {})]
-        if vals:
-            out["median"][f"cpu_{role}_s"] = statistics.median(vals)
-            out["range"][f"cpu_{role}_s"] = [min(vals), max(vals)]
     hooks = [r["connector"]["hook_us_per_step"] for r in runs
              if r.get("connector") and r["connector"]["hook_us_per_step"] is not None]
     if hooks:

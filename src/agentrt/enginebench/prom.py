@@ -54,6 +54,13 @@ def parse(text: str, wanted=WANTED) -> dict[str, float]:
     return out
 
 
+def scrape_now(base_url: str, wanted=WANTED) -> dict[str, float]:
+    """The `wanted` counters of vLLM's /metrics, now, for a blocking caller (zeros for those it
+    does not export)."""
+    import httpx
+    return parse(httpx.get(base_url + "/metrics", timeout=30).text, wanted)
+
+
 async def scrape(client: httpx.AsyncClient, base_url: str) -> dict[str, float]:
     r = await client.get(base_url + "/metrics", timeout=30)
     r.raise_for_status()

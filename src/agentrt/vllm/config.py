@@ -60,6 +60,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 
+from agentrt.vllm.reorder import DUTY
+
 CONNECTOR_CLASS = "AgentRTConnector"
 CONNECTOR_MODULE = "agentrt.vllm.connector"
 
@@ -86,7 +88,7 @@ class ConnectorConfig:
     safety_net: bool = True
     cpu_binding: str = "stock"
     stats_interval_s: float = 0.5
-    rerank_duty: float = 0.02
+    rerank_duty: float = DUTY
     fail_after: int | None = None
 
     @classmethod

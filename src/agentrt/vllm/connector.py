@@ -114,8 +114,7 @@ class AgentRTConnector(LayerlessConnector):
             self._hosted = HostedRuntime(self.cfg, self.block_size, self.elog,
                                          separate_workers=backend == "mp")
             from agentrt.vllm.prom import StatsReporter
-            self._reporter = StatsReporter()
-            self._reporter.interval = self.cfg.stats_interval_s
+            self._reporter = StatsReporter(interval=self.cfg.stats_interval_s)
             log.info("agentrt: policy %s, reorder %s", self.cfg.policy, self._hosted.reorder)
         self.elog.write("init", policy=self.cfg.policy, block_size=self.block_size,
                         reorder=not self.cfg.stock, host_blocks=self.cfg.host_blocks)
