@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.docs:
         write_docs(doc)
     if a.check is not None:
-        bad = check(doc, a.check, [n for n in names if variant(n).agentrt and not n.endswith("-vllm-binding")])
+        bad = check(doc, a.check, [n for n in names if variant(n).runs_agentrt and not n.endswith("-vllm-binding")])
         for b in bad:
             print("FAIL:", b)
         return 1 if bad else 0

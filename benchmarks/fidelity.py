@@ -71,6 +71,8 @@ def run(a) -> dict:
         live_args += ["--engine-iterations"]
     if a.vllm_own_priority:
         live_args += ["--vllm-own-priority"]
+    if a.vllm_integration != "connector":
+        live_args += ["--vllm-integration", a.vllm_integration]
     live = []
     for i in range(a.runs):
         out = work / f"live{i}.json"
@@ -97,6 +99,7 @@ def run(a) -> dict:
     doc["settings"] = {"source": " ".join(source_args(a)), "runs": a.runs, "policies": names,
                        "scheduler": a.scheduler, "vllm_blocks": a.vllm_blocks, "scale": a.scale,
                        "think_scale": a.think_scale, "concurrency": conc, "calls": live[0]["calls"],
+                       "vllm_integration": live[0]["config"].get("integration", "connector"),
                        "preset": json.loads(preset.read_text()),
                        "command": "python -m benchmarks.fidelity " + " ".join(sys.argv[1:]),
                        "live_runs_from": str(work) if a.resimulate else None,
@@ -156,7 +159,9 @@ def where_time_goes(docs: dict[str, dict]) -> str:
 def inside_vllm(docs: dict[str, dict]) -> str:
     """Where a call's TTFT and TPOT go, from vLLM's own latency histograms (means per request):
     the client's TTFT against vLLM's (request in at its API server to first token out), its
-    engine core's queue and prefill time; the client's TPOT against vLLM's inter-token latency."""
+    engine core's queue and prefill time, and the client's TTFT cut where the engine schedules
+    the call, live and in the simulator (`ttft_split`); the client's TPOT against vLLM's
+    inter-token latency."""
     rows = [(name, pol, f) for name, d in docs.items() for pol, f in d["policies"].items() if f.get("live_phases")]
     if not rows:
         return ""
@@ -165,13 +170,16 @@ def inside_vllm(docs: dict[str, dict]) -> str:
         return "" if x is None else f"{1000 * x:.{digits}f}"
     out = ["", "", "Inside vLLM (its latency histograms, mean per call, ms; medians of the live runs) against "
            "the client's measures and the simulator's:", "",
-           "| trace | policy | client TTFT | vLLM TTFT | engine queue | engine prefill | sim TTFT | client TPOT "
-           "| vLLM inter-token | sim TPOT |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "| trace | policy | client TTFT | vLLM TTFT | engine queue | engine prefill | to scheduled | sim TTFT "
+           "| sim to scheduled | sim scheduled to first | client TPOT | vLLM inter-token | sim TPOT |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, pol, f in rows:
         ph = f["live_phases"]
+        split = f.get("ttft_split") or {}
         out.append(f"| {name} | {pol} | {ms(f['live_ttft_mean_s'])} | {ms(ph.get('ttft'))} | {ms(ph.get('queue'))} "
-                   f"| {ms(ph.get('prefill'))} | {ms(f['sim_ttft_mean_s'])} | {f['live_tpot_mean_s'] * 1000:.1f} "
-                   f"| {ms(ph.get('inter_token'), 1)} "
+                   f"| {ms(ph.get('prefill'))} | {ms(split.get('live_to_scheduled_s'))} | {ms(f['sim_ttft_mean_s'])} "
+                   f"| {ms(split.get('sim_to_scheduled_s'))} | {ms(split.get('sim_scheduled_to_first_s'))} "
+                   f"| {f['live_tpot_mean_s'] * 1000:.1f} | {ms(ph.get('inter_token'), 1)} "
                    f"| {f['sim_tpot_mean_s'] * 1000:.1f} |")
     return "\n".join(out) + stream_stalls(docs)
 
@@ -228,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-own-priority", action="store_true",
                     help="leave vLLM's engine core at its own CPU priority, in calibrate and every live run "
                          "(default: nice 19, agentrt.local.engine_nice)")
+    ap.add_argument("--vllm-integration", choices=("connector", "scheduler"), default="connector",
+                    help="how agentrt enters the live vLLM (bench --vllm-integration)")
     ap.add_argument("--work-dir", default=None)
     ap.add_argument("--resimulate", action="store_true",
                     help="reuse the live runs stored in --work-dir; run only the simulator")

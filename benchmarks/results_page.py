@@ -268,7 +268,7 @@ def fidelity() -> str:
         return missing("the simulator against the engine",
                        "python -m benchmarks.fidelity --workload team --seed 0 --runs 3 "
                        "--json docs/results/engine/fidelity-team.json")
-    rows, gaps, e2e, ttft, disorder = [], [], {}, {}, []
+    rows, gaps, e2e, ttft, disorder, before, after = [], [], {}, {}, [], {}, {}
     for f in docs:
         doc = json.loads(f.read_text())
         name = f.stem.removeprefix('fidelity-')
@@ -279,6 +279,9 @@ def fidelity() -> str:
             gaps.append(abs(x["sim_hit"] - x["live_hit"]) * 100)
             e2e.setdefault(name, []).append(x["e2e_mean_s_ratio"])
             ttft.setdefault(name, []).append(x["ttft_mean_s_ratio"])
+            if split := x.get("ttft_split"):
+                before.setdefault(name, []).append(split["sim_to_scheduled_s"] / split["live_to_scheduled_s"])
+                after.setdefault(name, []).append(split["sim_scheduled_to_first_s"] / split["live_scheduled_to_first_s"])
 
     def ratios(d: dict) -> str:
         return "; ".join(f"{n} {min(v):.2f}-{max(v):.2f}x" for n, v in d.items())
@@ -291,11 +294,15 @@ def fidelity() -> str:
             + (f" except {', '.join(disorder)}" if disorder else "") + ". "
             f"Its mean E2E over the live one: {ratios(e2e)}; its mean TTFT: {ratios(ttft)}. "
             "Live runs put vLLM's engine core at nice 19: on this 2-core host its busy loop otherwise starved "
-            "the measuring client of CPU, which then saw tokens in bursts vLLM did not make. Where the "
-            "simulator's TTFT falls short, what is missing is the request's path from the client to the engine "
-            "under load (about 15 ms a call on team and AG2 against the preset's idle 5-7 ms; the number of "
-            "calls streaming does not explain it), and two calibrations of this shared machine differ by about "
-            "as much ([where the gap lives](notes/results-details.md#the-simulator-against-the-engine)).\n")
+            "the measuring client of CPU, which then saw tokens in bursts vLLM did not make. "
+            + (f"Cut where the engine first schedules a call, the simulator's TTFT after that point over the "
+               f"live one: {ratios(after)}; before it (the request's path, the wait for an iteration, the "
+               f"queue): {ratios(before)}. " if before else "")
+            + "Where the simulator's TTFT falls short, what is missing is mostly the time before the engine "
+            "schedules a call: the request's path under load (the number of calls streaming does not explain "
+            "it) and the policy's own per-step work, which the simulator does not charge; two calibrations of "
+            "this shared machine differ by about as much ([where the gap lives]"
+            "(notes/results-details.md#the-simulator-against-the-engine)).\n")
 
 
 def details_index() -> str:

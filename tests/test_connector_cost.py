@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 
 from agentrt.enginebench.connector_cost import (
-    Load, engine_delta, loss, paired_versus_stock, round_order, run_once, stock_reservation, summarize,
-    variant, versus_stock,
+    Load, engine_delta, label, loss, paired_versus_stock, round_order, run_once, stock_reservation,
+    summarize, variant, versus_stock,
 )
 from agentrt.enginebench.vllm_client import TimedTrace, summary
 from conftest import MOONCAKE_CONV, needs_shared
@@ -133,6 +133,11 @@ def test_variants_by_name():
     assert old.kv["kv_connector_extra_config"] == {"policy": "lru", "cpu_binding": "vllm"}
     every = variant("pbkv-ta-stats-every-step")
     assert every.kv["kv_connector_extra_config"] == {"policy": "pbkv-ta", "stats_interval_s": 0}
+    hosted = variant("pbkv-ta-scheduler")       # agentrt in vLLM's scheduler: no connector configured
+    assert hosted.kv is None and not hosted.agentrt and hosted.runs_agentrt
+    assert hosted.args[:2] == ["--scheduler-cls", "agentrt.vllm.scheduler.AgentRTScheduler"]
+    assert '"policy": "pbkv-ta"' in hosted.args[3] and label("pbkv-ta-scheduler").startswith("agentrt in vLLM's scheduler")
+    assert ours.runs_agentrt and not variant("noop").runs_agentrt and not variant("stock").runs_agentrt
     with pytest.raises(Exception, match="nosuch"):
         variant("nosuch")
 

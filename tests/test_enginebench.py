@@ -231,3 +231,37 @@ def test_workflows_in_flight_counts_workflows_not_calls():
     assert workflows_in_flight_max(calls) == 2
     assert workflows_in_flight_max(calls + [call("d", 1.5, 0.1)]) == 3
     assert workflows_in_flight_max([]) == 0
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_bench_engine_vllm_hosted_in_the_scheduler(tmp_path, tiny_model):
+    """`--vllm-integration scheduler`: no KV connector configured; the policy, the identity and the
+    kv_hints reach the runtime all the same (its event log), and no worker built a connector."""
+    from agentrt.vllm.eventlog import read_events
+    trace = tmp_path / "tiny.jsonl"
+    _tiny_trace(trace)
+    out, logs = tmp_path / "res.json", tmp_path / "logs"
+    cmd = [sys.executable, "-m", "agentrt.cli", "bench", "--engine", "vllm", "--trace", str(trace),
+           "--policies", "pbkv-lae", "--vllm-blocks", "64", "--scale", "0.5", "--json", str(out), "--quiet",
+           "--log-dir", str(logs), "--tool-hints", "0", "--vllm-integration", "scheduler"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["config"]["integration"] == "scheduler" and list(doc["results"]) == ["lru", "pbkv-lae"]
+    for name, r in doc["results"].items():
+        assert r["errors"] == 0 and r["calls"] == 9 and 0.0 < r["hit_rate"] < 1.0
+        assert r["connector"]["policy"] == name and not r["connector"]["failed"]
+        assert r["connector"]["hints_actions"] == 3
+        assert [e["role"] for e in read_events(str(logs / f"connector-{name}.jsonl"), "init")] == ["scheduler"]
+        assert "hosted in the scheduler" in (logs / f"vllm-{name}.log").read_text()
+
+
+def test_engine_bench_options_check_the_integration():
+    from agentrt.enginebench.runner import EngineBenchOptions
+    from agentrt.errors import AgentrtError
+    assert EngineBenchOptions(integration="scheduler").integration == "scheduler"
+    with pytest.raises(AgentrtError, match="--vllm-integration must be one of connector, scheduler"):
+        EngineBenchOptions(integration="plugin")
+    with pytest.raises(AgentrtError, match="--host-blocks needs --vllm-integration connector"):
+        EngineBenchOptions(integration="scheduler", host_blocks=64)

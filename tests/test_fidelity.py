@@ -25,7 +25,7 @@ def live(hit: float, ttft: float, busy: float | None = None) -> dict:
 
 
 def sim(hit: float) -> dict:
-    return {"hit_rate": hit, "ttft_mean_s": 0.05, "ttft_p90_s": 0.1, "e2e_mean_s": 1.0,
+    return {"hit_rate": hit, "ttft_mean_s": 0.05, "wait_mean_s": 0.02, "ttft_p90_s": 0.1, "e2e_mean_s": 1.0,
             "tpot_mean_s": 0.006, "makespan_s": 15.0, "busy_s": 9.0}
 
 
@@ -45,8 +45,11 @@ def test_live_medians_ranges_and_ratios_per_policy():
     # only lru's runs logged their iterations: one row, with the time in flight and no iteration
     assert "Where the time goes" in text and "| team | lru | 9.0 | 9.0 | 15.0 | 6.0 | 20.0 | 15.0 | 10.0 | 6.0 |" in text
     assert "| team | pbkv-ta | " not in text.split("Where the time goes")[1]
-    # vLLM's own phases: client TTFT 200 ms, vLLM's 100, queue 10, prefill 50; TPOT 10 ms against 8
-    assert "| team | lru | 200 | 100 | 10 | 50 | 50 | 10.0 | 8.0 | 6.0 |" in text
+    # vLLM's own phases: client TTFT 200 ms, vLLM's 100, queue 10, prefill 50 (150 before it is
+    # scheduled); the simulator's 50 ms, 20 of them waiting for admission; TPOT 10 ms against 8
+    assert f["ttft_split"] == pytest.approx({"live_to_scheduled_s": 0.15, "sim_to_scheduled_s": 0.02,
+                                             "live_scheduled_to_first_s": 0.05, "sim_scheduled_to_first_s": 0.03})
+    assert "| team | lru | 200 | 100 | 10 | 50 | 150 | 50 | 20 | 30 | 10.0 | 8.0 | 6.0 |" in text
     # slow tokens, medians over the runs: the client's 20 (2.0 s in them, 20 ms a call of 100) against vLLM's 2
     assert f["live_token_stalls"]["client_stalls"] == 20 and "live_token_stalls" not in out["policies"]["pbkv-ta"]
     out["settings"]["calls"] = 100

@@ -89,6 +89,7 @@ def test_summary_has_the_new_latency_fields():
     m = finish(sim_of(calls, 800, concurrency=8), len(calls))
     s = m.summary()
     assert s["wait_max_s"] == max(m.queue_wait) and s["wait_max_s"] >= s["wait_p99_s"] > 0
+    assert s["wait_mean_s"] == pytest.approx(sum(m.queue_wait) / len(m.queue_wait))
     assert s["ttft_p50_s"] <= s["ttft_p90_s"] <= s["ttft_p99_s"]
     assert s["e2e_p50_s"] <= s["e2e_p99_s"]
     assert s["ttft_p50_s"] == pytest.approx(sorted(m.ttft)[len(m.ttft) // 2], rel=0.5)

@@ -457,8 +457,14 @@ def _live_scenario(srv) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["lru", "cachesage", "pbkv-lae"])
 def test_live_workflow_keeps_its_prefix(vllm_servers, vllm_log_dir, policy):
-    from agentrt.vllm.eventlog import read_events
     srv, log = connector_server(vllm_servers, vllm_log_dir, policy)
+    check_live_prefix(srv, log, policy)
+
+
+def check_live_prefix(srv, log, policy: str) -> None:
+    """`_live_scenario` on a server running agentrt with `policy` (its event log `log`): LRU
+    loses most of the live workflow's prefix, an agent-aware policy keeps it."""
+    from agentrt.vllm.eventlog import read_events
     cached = _live_scenario(srv)
     stats = read_events(str(log), "stats")[-1]
     assert not stats["failed"] and stats["evicted"] > 0
@@ -698,3 +704,36 @@ def test_connector_sweeps_on_its_steps_and_counts_capped_workflows():
         _batch(pool, conn, [r])
     st = h.stats()
     assert st["live_workflows"] <= 2 and st["workflows_capped"] > 0 and not st["failed"]
+
+
+@requires_vllm
+@pytest.mark.slow
+def test_hosted_in_the_scheduler_full_re_ranks_wait_for_the_forward_window():
+    """`off_path` (agentrt in vLLM's scheduler class): the scheduler's hooks never run a full
+    re-rank, the forward window runs the pending one whatever the duty cycle says, and a window
+    shorter than the last re-rank hands them back to the duty cycle."""
+    ph = PoolHarness("pbkv-lae", 64)
+    ph.call(_prompt(1, 16), {"agentrt_workflow": "live", "agentrt_agent": "planner"})
+    h, o = ph.h, ph.h.orderer
+    policy = h.runtime.policy
+    while hasattr(policy, "inner"):
+        policy = policy.inner
+    policy.epoch += 1
+    h.before_alloc()                          # a full re-rank: the queue has a sorted tail
+    assert o._tail is not None
+    h.off_path = True
+    runs = o.stats.runs
+    policy.epoch += 1
+    h.before_alloc()                          # the duty cycle would allow it; off the path it waits
+    assert o.pending and o.stats.deferred == 1 and o._epoch != h.runtime.epoch
+    o._next_full = float("inf")               # the duty cycle would never allow it ...
+    h.during_forward(None)                    # ... the forward window runs it
+    assert not o.pending and o._epoch == h.runtime.epoch and o.stats.runs == runs + 2
+    o.last_full_s = 0.5
+    policy.epoch += 1
+    h.before_alloc()
+    h.during_forward(0.1)                     # a window shorter than the last re-rank: skipped
+    assert o.pending and h._window_short
+    o._next_full = 0.0
+    h.before_alloc()                          # ... and the duty cycle takes over again
+    assert not o.pending and o._epoch == h.runtime.epoch

@@ -13,7 +13,8 @@ backlog took to clear once arrivals stopped, `bench/overload.py`).
 Latencies are in seconds: TTFT per user call (arrival to first token), E2E per workflow (first
 arrival to last finish), TPOT per user call of more than one output token ((finish - first
 token) / (output tokens - 1)), where the engine records it (`record_tpot`); the TPOT fields are
-None when it recorded none.
+None when it recorded none; wait per user call from arrival to its first admission (the start of
+the iteration that first schedules it).
 """
 
 from __future__ import annotations
@@ -117,9 +118,7 @@ class Metrics:
             **latency_stats(self.ttft, "ttft", 0.0),
             **latency_stats(self.tpot, "tpot"),
             **latency_stats(self.e2e, "e2e", 0.0),
-            "wait_p50_s": _p50(self.queue_wait),
-            "wait_p90_s": _p90(self.queue_wait),
-            "wait_p99_s": _p99(self.queue_wait),
+            **latency_stats(self.queue_wait, "wait", 0.0),
             "wait_max_s": max(self.queue_wait, default=0.0),
             "throughput_tok_s": tokens / span if span > 0 else 0.0,
             "calls": self.calls,

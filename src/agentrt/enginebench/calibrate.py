@@ -213,16 +213,23 @@ def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best
 
 
+def cost_row(batch: float = 0, ctx: float = 0, new: int = 0, cached: int = 0, request: float = 0.0) -> list[float]:
+    """One iteration's terms, in the order of the fitted unknowns: [overhead, per token, per
+    attention pair, per KV token read, request path, prefill context]: `batch` decoding calls
+    of `ctx` tokens in all, beside `new` prompt tokens after `cached` ones (`request`: 1 where
+    the measured time includes the request's path)."""
+    return [1.0, batch + new, ctx + new * (cached + (new + 1) / 2.0), ctx + cached + new, request, cached]
+
+
 def fit(prefill: list[list[float]], decode: list[list[float]], streams: list[list[float]] | None = None) -> dict:
     """Fitted costs, the request path, and each point's prediction and error; with `streams`
     (`decode_points`' probes) also the path's growth per call streaming (`stream_path`)."""
     rows, ys = [], []
-    for new, cached, t in prefill:   # [overhead, per_token, per_pair, per_kv_token, request, prefill context]
-        pairs = new * (cached + (new + 1) / 2.0)
-        rows.append([1.0, new, pairs, cached + new, 1.0, cached])
+    for new, cached, t in prefill:
+        rows.append(cost_row(new=new, cached=cached, request=1.0))
         ys.append(t)
     for batch, ctx, t in decode:
-        rows.append([1.0, batch, ctx, ctx, 0.0, 0.0])
+        rows.append(cost_row(batch=batch, ctx=ctx))
         ys.append(t)
     a, y = np.array(rows, dtype=float), np.array(ys, dtype=float)
     w = 1.0 / y                           # relative error: small and large shapes weigh alike
@@ -252,7 +259,7 @@ def stream_path(x: np.ndarray, streams: list[list[float]], out: dict) -> float:
     own step beside the decodes, both from the fitted costs) is its path; the idle path
     (`x[4]`) plus a slope through the streams counts fitted by least squares, never below 0."""
     def step(batch: float, ctx: float, new: int = 0) -> float:
-        return float(x[0] + x[1] * (batch + new) + x[2] * (ctx + new * (new + 1) / 2.0) + x[3] * (ctx + new))
+        return float(np.dot(cost_row(batch=batch, ctx=ctx, new=new), x))
     paths = [(b, ctx, t, t - 0.5 * step(b, ctx) - step(b, ctx, PROBE_TOKENS)) for b, ctx, t in streams]
     num = sum(b * (p - x[4]) for b, _, _, p in paths)
     slope = max(0.0, num / sum(b * b for b, *_ in paths))

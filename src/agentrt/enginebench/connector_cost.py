@@ -49,21 +49,32 @@ CONNECTOR_METRICS = ("agentrt_connector_hook_seconds_total", "agentrt_connector_
 @dataclass(slots=True)
 class Variant:
     name: str
-    kv: dict | None = None               # --kv-transfer-config (None: stock vLLM)
+    kv: dict | None = None               # --kv-transfer-config (None: no connector)
     env: dict = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)   # more server arguments (the scheduler class)
 
     @property
     def agentrt(self) -> bool:
+        """agentrt's connector, whose metrics /metrics exports (hosted in the scheduler it has none)."""
         return self.kv is not None and self.kv.get("kv_connector") == "AgentRTConnector"
+
+    @property
+    def runs_agentrt(self) -> bool:
+        """agentrt runs in this engine, as its connector or in its scheduler (what `--check` judges)."""
+        from agentrt.vllm.config import SCHEDULER_CLS
+        return self.agentrt or SCHEDULER_CLS in self.args
 
 
 def variant(name: str) -> Variant:
-    """A variant by name: `stock`, `noop`, `noop-stock-binding`, `POLICY`, `POLICY-vllm-binding`
-    or `POLICY-stats-every-step`."""
-    from agentrt.vllm.config import kv_transfer_config
+    """A variant by name: `stock`, `noop`, `noop-stock-binding`, `POLICY`, `POLICY-vllm-binding`,
+    `POLICY-stats-every-step` or `POLICY-scheduler` (agentrt in vLLM's scheduler, no connector:
+    `vllm/scheduler.py`)."""
+    from agentrt.vllm.config import kv_transfer_config, scheduler_args
     from agentrt.vllm.noop import NOOP_CONFIG
     if name == "stock":
         return Variant(name)
+    if name.endswith("-scheduler"):
+        return Variant(name, args=scheduler_args(name.removesuffix("-scheduler")))
     if name == "noop":
         return Variant(name, dict(NOOP_CONFIG))
     if name == "noop-stock-binding":
@@ -188,7 +199,7 @@ def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir:
     from agentrt.local.launch import VLLMServer
     tag = f"{load.name}-{v.name}-{run}"
     srv = VLLMServer(model_dir, num_blocks=load.blocks, block_size=block_size, kv_connector=v.kv,
-                     extra_env=v.env, log_path=str(log_dir / f"vllm-{tag}.log"), die_with_parent=True)
+                     extra_env=v.env, extra_args=list(v.args), log_path=str(log_dir / f"vllm-{tag}.log"), die_with_parent=True)
     srv.start()
     spy, folded = None, log_dir / f"profile-{tag}.txt"
     if profile_s > 0:
@@ -280,6 +291,8 @@ NAMES = {"stock": "stock vLLM (no connector)", "noop": "do-nothing connector, vL
 
 def label(name: str) -> str:
     """A variant's name in tables."""
+    if name.endswith("-scheduler"):
+        return f"agentrt in vLLM's scheduler `{name.removesuffix('-scheduler')}` (no connector)"
     if name.endswith("-stats-every-step"):
         return f"AgentRTConnector `{name.removesuffix('-stats-every-step')}`, metrics every step (before)"
     return NAMES.get(name, f"AgentRTConnector `{name}`")

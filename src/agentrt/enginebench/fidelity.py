@@ -91,11 +91,26 @@ def compare(live_docs: list[dict], sim_doc: dict, policies: list[str], scheduler
         if phases:       # vLLM's own per-request means, median over the runs
             f["live_phases"] = {k: statistics.median(v) if (v := [ph[k] for ph in phases if ph.get(k) is not None])
                                 else None for k in phases[0]}
+            f["ttft_split"] = ttft_split(f, sim)
         stalls = [r["token_stalls"] for r in rows if r.get("token_stalls")]
         if stalls:       # the client's slow token gaps against vLLM's, median over the runs
             f["live_token_stalls"] = {k: statistics.median(ts[k] for ts in stalls) for k in stalls[0]}
         out[label(p, scheduler)] = f
     return {"policies": out}
+
+
+def ttft_split(f: dict, sim: dict) -> dict | None:
+    """Mean TTFT cut where the engine first schedules a call, live and simulated (seconds):
+    `to_scheduled` is the client's TTFT less vLLM's prefill phase live (the API server both ways,
+    the wait for the running iteration to end, vLLM's queue) and the simulator's wait for
+    admission (its request-path delay, the wait for an iteration, its queue);
+    `scheduled_to_first` is vLLM's prefill phase (scheduled to first token, engine-core
+    timestamps) and the simulator's TTFT less its wait. None without both sides' figures."""
+    prefill, live, wait = f.get("live_phases", {}).get("prefill"), f.get("live_ttft_mean_s"), sim.get("wait_mean_s")
+    if prefill is None or live is None or wait is None or sim.get("ttft_mean_s") is None:
+        return None
+    return {"live_to_scheduled_s": live - prefill, "sim_to_scheduled_s": wait,
+            "live_scheduled_to_first_s": prefill, "sim_scheduled_to_first_s": sim["ttft_mean_s"] - wait}
 
 
 def separated(a: dict, b: dict) -> bool:

@@ -78,6 +78,7 @@ class EngineBenchOptions:
     baseline: str = "lru"              # the first run: lru (connector, lru), stock (no connector) or none
     engine_iterations: bool = False    # vLLM logs each iteration; results get engine_iterations (iterations.py)
     engine_core_nice: int | None = ENGINE_CORE_NICE   # the engine core's CPU priority (None: vLLM's own)
+    integration: str = "connector"     # how agentrt enters vLLM: its KV connector or its scheduler class
 
     def __post_init__(self) -> None:
         if self.vllm_blocks < 8:
@@ -95,6 +96,10 @@ class EngineBenchOptions:
         positive(self.tool_hints, "tool_hints", cli=True, allow_zero=True)
         if self.baseline not in BASELINES:
             raise AgentrtError(f"baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}")
+        if self.integration not in INTEGRATIONS:
+            raise AgentrtError(f"--vllm-integration must be one of {', '.join(INTEGRATIONS)}, got {self.integration!r}")
+        if self.integration == "scheduler" and self.host_blocks:
+            raise AgentrtError("--host-blocks needs --vllm-integration connector (a host tier needs vLLM's workers)")
         if self.tool_hints is not None and self.scheduler != "fcfs":
             raise AgentrtError("--tool-hints with --scheduler: the calls go through agentrt serve, whose "
                                "clients cannot send kv_hints (run the scheduler without tool hints)")
@@ -112,6 +117,7 @@ class EngineBenchOptions:
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 STOCK = "stock"                        # vLLM with no connector (the `stock` baseline)
 BASELINES = ("lru", STOCK, "none")
+INTEGRATIONS = ("connector", "scheduler")   # agentrt as vLLM's KV connector, or in its scheduler (vllm/scheduler.py)
 
 
 def connector_shares(sched, on: bool = True) -> bool | dict | None:
@@ -184,7 +190,7 @@ async def _run_one(srv, calls: list[Call], renderer: Renderer, opts: EngineBench
 
 def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBenchOptions,
                      progress: ProgressFactory | None = None, log=print) -> dict:
-    from agentrt.vllm.config import kv_transfer_config
+    from agentrt.vllm.config import kv_transfer_config, scheduler_args
     from agentrt.local.launch import VLLMServer
     from agentrt.local.model import build_model, default_model_dir, model_info
 
@@ -232,13 +238,18 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
             ev_path.unlink(missing_ok=True)
             sched = opts.make_scheduler() if sched_name != "fcfs" else None   # a fresh one per run
             shares = connector_shares(sched, opts.tenant_shares)
-            kv = None if name == STOCK else kv_transfer_config(
-                name, options=opts.policy_options.get(name) or None, event_log=str(ev_path),
-                host_blocks=opts.host_blocks or None,
-                train_trace=train_trace if _needs_training(name) else None, tenant_shares=shares)
+            kv, args = None, [iterations.FLAG] if opts.engine_iterations else []
+            if name != STOCK:
+                settings = dict(options=opts.policy_options.get(name) or None, event_log=str(ev_path),
+                                host_blocks=opts.host_blocks or None,
+                                train_trace=train_trace if _needs_training(name) else None, tenant_shares=shares)
+                if opts.integration == "scheduler":
+                    args += scheduler_args(name, **settings)
+                else:
+                    kv = kv_transfer_config(name, **settings)
             srv = VLLMServer(str(model_dir), block_size=opts.block_size, num_blocks=opts.vllm_blocks,
                              kv_connector=kv, extra_env=env, log_path=str(log_dir / f"vllm-{label}.log"),
-                             extra_args=[iterations.FLAG] if opts.engine_iterations else [],
+                             extra_args=args,
                              startup_timeout_s=opts.startup_timeout_s,
                              scheduling_policy="priority" if sched is not None else "fcfs",
                              engine_core_nice=opts.engine_core_nice,

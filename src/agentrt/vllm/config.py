@@ -64,6 +64,9 @@ from agentrt.vllm.reorder import DUTY
 
 CONNECTOR_CLASS = "AgentRTConnector"
 CONNECTOR_MODULE = "agentrt.vllm.connector"
+SCHEDULER_CLS = "agentrt.vllm.scheduler.AgentRTScheduler"   # agentrt without a KV connector
+ASYNC_SCHEDULER_CLS = "agentrt.vllm.scheduler.AgentRTAsyncScheduler"   # the same, async scheduling
+ADDITIONAL_CONFIG_KEY = "agentrt"     # its settings' key in vLLM's --additional-config
 
 
 @dataclass(slots=True)
@@ -193,3 +196,15 @@ def kv_transfer_config(policy: str = "lru", *, module_path: bool | None = None, 
 def kv_transfer_arg(policy: str = "lru", *, module_path: bool | None = None, **extra) -> str:
     """The same as a command-line value."""
     return json.dumps(kv_transfer_config(policy, module_path=module_path, **extra))
+
+
+def scheduler_args(policy: str = "lru", *, async_scheduling: bool = False, **extra) -> list[str]:
+    """vLLM's command-line arguments that host agentrt with `policy` in vLLM's scheduler instead of
+    a KV connector (`scheduler.py`): checked here as `kv_transfer_config` checks the connector's,
+    so a bad value fails before vLLM starts. A host tier needs the connector. `async_scheduling`:
+    the class for vLLM's async scheduler (a GPU's default)."""
+    body = kv_transfer_config(policy, module_path=False, **extra)["kv_connector_extra_config"]
+    if ConnectorConfig.from_extra(body)[0].host_blocks:
+        raise ValueError("a host tier (host_blocks) needs the connector (--kv-transfer-config), "
+                         "not the scheduler class")
+    return ["--scheduler-cls", ASYNC_SCHEDULER_CLS if async_scheduling else SCHEDULER_CLS, "--additional-config", json.dumps({ADDITIONAL_CONFIG_KEY: body})]

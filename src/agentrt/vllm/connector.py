@@ -15,6 +15,8 @@ vLLM makes one instance per process and role:
   `lru` (the default) leaves vLLM's order alone.
 - worker: with a host tier (`host_blocks` > 0), the host-memory copies of blocks (`worker.py`):
   saves before the step's forward reuses evicted blocks, loads before the forward reads them.
+Without a host tier the scheduler role is all agentrt needs: `scheduler.py` builds it inside vLLM's
+scheduler class with no KV connector configured, so vLLM's workers run without a connector path.
 Every hook is guarded: an exception is logged once and switches the runtime off (stock vLLM
 from then on); the hook returns what a connector with nothing to load returns. Bad settings
 (unknown policy, bad options) fail the engine at start-up, before any request is taken.
@@ -119,6 +121,11 @@ class AgentRTConnector(LayerlessConnector):
         self.elog.write("init", policy=self.cfg.policy, block_size=self.block_size,
                         reorder=not self.cfg.stock, host_blocks=self.cfg.host_blocks)
 
+    def metrics_off(self) -> None:
+        """Report no stats to vLLM: hosted by `AgentRTScheduler`, whose API server has no metric
+        families for them (`scheduler.py`)."""
+        self._reporter = None
+
     @property
     def requires_kv_delivery(self) -> bool:
         return False   # a best-effort cache: a dropped copy is only a future miss
@@ -170,6 +177,11 @@ class AgentRTConnector(LayerlessConnector):
     @_guarded(lambda: None)
     def _step(self, h, scheduler_output) -> None:
         h.step(scheduler_output)
+
+    @_guarded(lambda: None)
+    def during_forward(self, h, forward_s: float | None) -> None:
+        """The worker is running the step's forward pass (called by `scheduler.py`'s scheduler)."""
+        h.during_forward(forward_s)
 
     def request_finished(self, request: "Request",
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:

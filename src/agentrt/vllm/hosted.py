@@ -109,6 +109,9 @@ class HostedRuntime:
         self.orderer: QueueOrderer | None = None
         self._dirty = True
         self._last_epoch: object = None
+        # full re-ranks wait for the forward window (`during_forward`; set by scheduler.py)
+        self.off_path = False
+        self._window_short = False   # the last forward pass was shorter than a full re-rank
         # request id -> (its call, its identity, vLLM's request), while in flight
         self._reqs: dict[str, tuple[ev.CallInfo, Identity, object]] = {}
         self._waiting: set[str] = set()
@@ -297,9 +300,23 @@ class HostedRuntime:
         epoch = self.runtime.epoch
         if not self._dirty and epoch == self._last_epoch and not self.orderer.pending:
             return
-        self.orderer.order(epoch)
+        self.orderer.order(epoch, defer_full=self.off_path and not self._window_short)
         self._dirty = False
         self._last_epoch = epoch
+
+    def during_forward(self, forward_s: float | None) -> None:
+        """While the worker runs a step's forward pass (hosted in vLLM's scheduler class): a
+        pending full re-rank runs now, off the step's critical path, unless the last one took
+        longer than the last forward pass (`forward_s`; None: not measured yet), which it would
+        then delay: `before_alloc` then re-ranks under its duty cycle, as without the window."""
+        o = self.orderer
+        if not self.reorder or o is None:
+            return
+        self._window_short = forward_s is not None and o.last_full_s > forward_s
+        if not o.pending or self._window_short:
+            return
+        o.order(self.runtime.epoch, force=True)
+        self._last_epoch = self.runtime.epoch
 
     def step(self, scheduler_output) -> None:
         """After every schedule step: evictions, the runtime's actions, the queue order."""

@@ -23,6 +23,12 @@ Cost bounds
   previous epoch's keys (newly freed blocks are placed by their current ones), and the next
   call after the gap re-ranks (`pending`). Policies that bump the epoch on every arrival and
   finish (PBKV, KVFlow, CacheSage) would otherwise re-score the whole queue nearly every step.
+- Hosted in vLLM's scheduler class (`scheduler.py`), the connector re-ranks while the worker runs
+  the step's forward pass (`off_path`): the scheduler's own hooks then never run a full re-rank
+  (`order(..., defer_full=True)` places newly freed blocks only and leaves the epoch pending),
+  and `order(..., force=True)` from the forward window runs the pending one without the duty
+  cycle, since it no longer delays a step; the caller skips it when the last full re-rank took
+  longer than the last forward pass (`last_full_s`).
 - The runtime's LRU safety net switches between the policy's keys and LRU's (a new epoch): when
   that epoch's re-rank is deferred, keys of the two kinds would meet in one comparison; the
   re-rank then runs at once (a switch is rare).
@@ -75,6 +81,7 @@ class QueueOrderer:
         self._epoch: object = None
         self._keys: dict[int, tuple[int, object]] = {}   # block_id -> (last_touch, key)
         self._tail: tuple | None = None    # (block, hash, key) of the sorted queue's last block
+        self.last_full_s = 0.0             # how long the last full re-rank took (clock seconds)
         self.stats = ReorderStats()
 
     def _key(self, node, bid: int):
@@ -86,18 +93,20 @@ class QueueOrderer:
         self.stats.scored += 1
         return k
 
-    def order(self, epoch) -> int:
-        """Sort the queue for policy `epoch`; returns the number of blocks relinked."""
+    def order(self, epoch, defer_full: bool = False, force: bool = False) -> int:
+        """Sort the queue for policy `epoch`; returns the number of blocks relinked. `defer_full`:
+        a new epoch's full re-rank waits (pending) whatever the duty cycle allows; `force`: it
+        runs now whatever the duty cycle says."""
         t0 = time.perf_counter()
         try:
-            return self._order(epoch)
+            return self._order(epoch, defer_full, force)
         finally:
             self.stats.runs += 1
             self.stats.time.add(time.perf_counter() - t0)
 
-    def _order(self, epoch) -> int:
+    def _order(self, epoch, defer_full: bool = False, force: bool = False) -> int:
         try:
-            return self._order_deferring(epoch)
+            return self._order_deferring(epoch, defer_full, force)
         except TypeError:
             if epoch == self._epoch:
                 raise
@@ -109,10 +118,10 @@ class QueueOrderer:
             self.pending = False
             return self._rank()
 
-    def _order_deferring(self, epoch) -> int:
+    def _order_deferring(self, epoch, defer_full: bool = False, force: bool = False) -> int:
         if epoch != self._epoch:
             t0 = self.clock()
-            if self._tail is None or t0 >= self._next_full:
+            if self._tail is None or force or (t0 >= self._next_full and not defer_full):
                 self._keys = {}
                 self._epoch = epoch
                 self._tail = None
@@ -121,6 +130,7 @@ class QueueOrderer:
                     return self._rank()
                 finally:
                     t1 = self.clock()
+                    self.last_full_s = t1 - t0
                     self._next_full = t1 + (t1 - t0) * (1.0 - self.duty) / self.duty
             # too soon: the previous epoch's keys stay, newly freed blocks are placed
             self.pending = True
