@@ -103,8 +103,8 @@ def test_a_model_with_several_kv_cache_groups_is_refused_and_a_configured_connec
 
     from agentrt.vllm.scheduler import host_agentrt
     with pytest.raises(ValueError, match="one KV cache group.*2"):
-        host_agentrt(NS(connector=None), NS(additional_config={}), NS(kv_cache_groups=[1, 2]))
+        host_agentrt(NS(connector=None), NS(additional_config={}), NS(kv_cache_groups=[1, 2]), True)
     other = object()
     sched = NS(connector=other)
-    assert host_agentrt(sched, NS(additional_config={}), NS(kv_cache_groups=[1, 2])) is None
+    assert host_agentrt(sched, NS(additional_config={}), NS(kv_cache_groups=[1, 2]), True) is None
     assert sched.connector is other

@@ -264,7 +264,7 @@ def stream_path(x: np.ndarray, streams: list[list[float]], out: dict) -> float:
     num = sum(b * (p - x[4]) for b, _, _, p in paths)
     slope = max(0.0, num / sum(b * b for b, *_ in paths))
     out["stream_points"] = [[b, ctx, t, p, float(x[4] + slope * b)] for b, ctx, t, p in paths]
-    out["stream_mae_s"] = float(np.mean([abs(p - x[4] - slope * b) for b, _, _, p in paths]))
+    out["stream_mae_s"] = float(np.mean([abs(p - pred) for *_, p, pred in out["stream_points"]]))
     return slope
 
 

@@ -204,7 +204,15 @@ def scheduler_args(policy: str = "lru", *, async_scheduling: bool = False, **ext
     so a bad value fails before vLLM starts. A host tier needs the connector. `async_scheduling`:
     the class for vLLM's async scheduler (a GPU's default)."""
     body = kv_transfer_config(policy, module_path=False, **extra)["kv_connector_extra_config"]
-    if ConnectorConfig.from_extra(body)[0].host_blocks:
-        raise ValueError("a host tier (host_blocks) needs the connector (--kv-transfer-config), "
-                         "not the scheduler class")
+    scheduler_settings(body)
     return ["--scheduler-cls", ASYNC_SCHEDULER_CLS if async_scheduling else SCHEDULER_CLS, "--additional-config", json.dumps({ADDITIONAL_CONFIG_KEY: body})]
+
+
+def scheduler_settings(body: dict) -> ConnectorConfig:
+    """The settings of agentrt hosted in vLLM's scheduler class, parsed: a host tier is refused
+    (its copies need vLLM's workers, which see no connector there)."""
+    cfg, _ = ConnectorConfig.from_extra(body)
+    if cfg.host_blocks:
+        raise ValueError("agentrt: a host tier (host_blocks) needs vLLM's workers: load AgentRTConnector "
+                         "with --kv-transfer-config instead of the scheduler class")
+    return cfg

@@ -57,12 +57,9 @@ def scheduler_connector(vllm_config, kv_cache_config, extra: dict):
     from vllm.config import KVTransferConfig
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
-    from agentrt.vllm.config import CONNECTOR_CLASS, ConnectorConfig
+    from agentrt.vllm.config import CONNECTOR_CLASS, scheduler_settings
     from agentrt.vllm.connector import AgentRTConnector
-    cfg, _ = ConnectorConfig.from_extra(extra)
-    if cfg.host_blocks:
-        raise ValueError("agentrt: a host tier (host_blocks) needs vLLM's workers: load AgentRTConnector "
-                         "with --kv-transfer-config instead of the scheduler class")
+    scheduler_settings(extra)
     view = copy.copy(vllm_config)
     object.__setattr__(view, "kv_transfer_config", KVTransferConfig(
         kv_connector=CONNECTOR_CLASS, kv_role="kv_producer", kv_connector_extra_config=dict(extra)))
@@ -71,9 +68,10 @@ def scheduler_connector(vllm_config, kv_cache_config, extra: dict):
     return conn
 
 
-def host_agentrt(scheduler, vllm_config, kv_cache_config):
+def host_agentrt(scheduler, vllm_config, kv_cache_config, forward_window: bool):
     """Set agentrt's connector on a scheduler vLLM built without one (after its constructor);
-    returns it (None where a KV connector was configured: that one stays)."""
+    returns it (None where a KV connector was configured: that one stays). `forward_window`: the
+    scheduler calls its `during_forward` (full re-ranks then wait for it)."""
     if scheduler.connector is not None:
         log.info("agentrt: a KV connector is configured (%s); the scheduler class adds nothing",
                  type(scheduler.connector).__name__)
@@ -89,7 +87,7 @@ def host_agentrt(scheduler, vllm_config, kv_cache_config):
         scheduler.connector_prefix_cache_stats = PrefixCacheStats()
     conn.bind_kv_cache_manager(scheduler.kv_cache_manager)
     if conn.hosted is not None:
-        conn.hosted.off_path = True      # full re-ranks in the forward window (ForwardWindow)
+        conn.hosted.off_path = forward_window
     log.info("agentrt: hosted in the scheduler (no KV connector configured: vLLM's workers run as stock)")
     return conn
 
@@ -125,7 +123,7 @@ class AgentRTScheduler(Scheduler):
 
     def __init__(self, vllm_config, kv_cache_config, *args, **kwargs) -> None:
         super().__init__(vllm_config, kv_cache_config, *args, **kwargs)
-        self._agentrt_window = ForwardWindow(host_agentrt(self, vllm_config, kv_cache_config))
+        self._agentrt_window = ForwardWindow(host_agentrt(self, vllm_config, kv_cache_config, True))
 
     def get_grammar_bitmask(self, scheduler_output):
         self._agentrt_window.open()
@@ -143,6 +141,4 @@ class AgentRTAsyncScheduler(AsyncScheduler):
 
     def __init__(self, vllm_config, kv_cache_config, *args, **kwargs) -> None:
         super().__init__(vllm_config, kv_cache_config, *args, **kwargs)
-        conn = host_agentrt(self, vllm_config, kv_cache_config)
-        if conn is not None and conn.hosted is not None:
-            conn.hosted.off_path = False
+        host_agentrt(self, vllm_config, kv_cache_config, False)
