@@ -12,6 +12,8 @@ loaded run, and that the connector keeps stock's CPU binding (test_vllm_plugin.p
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentrt.enginebench.connector_cost import (
@@ -135,8 +137,13 @@ def test_variants_by_name():
     assert every.kv["kv_connector_extra_config"] == {"policy": "pbkv-ta", "stats_interval_s": 0}
     hosted = variant("pbkv-ta-scheduler")       # agentrt in vLLM's scheduler: no connector configured
     assert hosted.kv is None and not hosted.agentrt and hosted.runs_agentrt
-    assert hosted.args[:2] == ["--scheduler-cls", "agentrt.vllm.scheduler.AgentRTScheduler"]
-    assert '"policy": "pbkv-ta"' in hosted.args[3] and label("pbkv-ta-scheduler").startswith("agentrt in vLLM's scheduler")
+    args = hosted.server_args(9464)             # its metrics on a port of their own
+    assert args[:2] == ["--scheduler-cls", "agentrt.vllm.scheduler.AgentRTScheduler"]
+    assert json.loads(args[3])["agentrt"] == {"policy": "pbkv-ta", "metrics_port": 9464}
+    assert label("pbkv-ta-scheduler").startswith("agentrt in vLLM's scheduler")
+    assert variant("stock").server_args(9464) == []
+    with pytest.raises(Exception, match="nosuch"):
+        variant("nosuch-scheduler")
     assert ours.runs_agentrt and not variant("noop").runs_agentrt and not variant("stock").runs_agentrt
     with pytest.raises(Exception, match="nosuch"):
         variant("nosuch")
@@ -145,14 +152,16 @@ def test_variants_by_name():
 @requires_vllm
 @needs_shared
 @pytest.mark.slow
-def test_the_connectors_own_time_is_a_sliver_of_a_loaded_run(tiny_model, tmp_path):
+@pytest.mark.parametrize("name", ["lru", "lru-scheduler"])
+def test_the_connectors_own_time_is_a_sliver_of_a_loaded_run(tiny_model, tmp_path, name):
     """The connector with `lru` on a loaded replay, with vLLM's client: every request answered and
-    agentrt's hooks under `HOOK_SHARE` of the run. The comparison with stock vLLM is the benchmark's
+    agentrt's hooks under `HOOK_SHARE` of the run; the same in vLLM's scheduler class, whose
+    figures come from its own metrics port. The comparison with stock vLLM is the benchmark's
     (`benchmarks/connector_cost.py`, rounds rotated): one pair of runs here would be within the
     machine's drift, and the cause issue 37 found (the connector losing stock's CPU binding) is
     checked directly by `test_vllm_plugin.py::test_cpu_binding_as_stock_with_the_agentrt_connector_only`."""
     trace = TimedTrace(str(MOONCAKE_CONV), num_prompts=60, sec_multiplier=0.0005, chunk=16)
-    r = run_once(variant("lru"), Load("loaded", 0.0005, 200, 60), trace, tiny_model, tmp_path, 0)
+    r = run_once(variant(name), Load("loaded", 0.0005, 200, 60), trace, tiny_model, tmp_path, 0)
     # vLLM 0.32's client now and then fails to parse a streamed chunk of a request the server
     # answered (`vllm_client.py`): a couple of those are the client's, not the engine's
     assert r["completed"] + r["failed"] == 60 and r["failed"] <= 2, r

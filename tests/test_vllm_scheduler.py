@@ -28,6 +28,44 @@ def test_scheduler_args_carry_the_checked_settings():
         scheduler_args("no-such-policy")
     with pytest.raises(ValueError, match="offline bound"):
         scheduler_args("belady")
+    assert json.loads(scheduler_args("lru", metrics_port=0)[3])[ADDITIONAL_CONFIG_KEY]["metrics_port"] == 0
+    for bad in (-1, 70000, "9100", True):
+        with pytest.raises(ValueError, match="metrics_port"):
+            scheduler_args("lru", metrics_port=bad)
+
+
+def test_metrics_port_is_refused_with_the_connector():
+    from agentrt.vllm.config import kv_transfer_config
+    with pytest.raises(ValueError, match="vLLM's own /metrics"):
+        kv_transfer_config("lru", metrics_port=9100)
+
+
+def test_side_metrics_serve_the_connector_families_from_the_latest_stats():
+    import httpx
+
+    from agentrt.enginebench.prom import parse
+    from agentrt.vllm.prom import METRICS
+    from agentrt.vllm.side_metrics import SideMetrics
+    side = SideMetrics("tiny", "0", "pbkv-ta")
+    url = side.serve("127.0.0.1", 0)
+    try:
+        text = httpx.get(url, timeout=10).text
+        for m in METRICS:                   # every family from the start, at 0
+            assert f"# TYPE {m.name}{'_total' if m.kind == 'counter' else ''} {m.kind}" in text \
+                or f"# TYPE {m.name} {m.kind}" in text
+        side.update({"arrived": 7, "steps": 40, "hook_s": 0.002, "evicted": 3, "failed": False})
+        got = parse(httpx.get(url, timeout=10).text, ("agentrt_connector_requests_total",
+                                                      "agentrt_connector_steps_total",
+                                                      "agentrt_connector_evictions_total"))
+        assert got["agentrt_connector_requests_total"] == 7 and got["agentrt_connector_steps_total"] == 40
+        assert got["agentrt_connector_evictions_total"] == 3       # the reason label's values summed
+        line = next(ln for ln in httpx.get(url, timeout=10).text.splitlines()
+                    if ln.startswith("agentrt_connector_evictions_total{") and 'reason="reuse"' in ln)
+        assert 'engine="0"' in line and 'model_name="tiny"' in line and 'policy="pbkv-ta"' in line
+        with pytest.raises(OSError, match=f"metrics_port {side.server.server_port}"):
+            SideMetrics("tiny", "0", "lru").serve("127.0.0.1", side.server.server_port)
+    finally:
+        side.close()
 
 
 @requires_vllm
@@ -52,9 +90,22 @@ def test_settings_come_from_the_additional_config():
         settings(NS(additional_config={"agentrt": "pbkv-ta"}))
 
 
+_SIDE_PORTS: dict[str, int] = {}     # one metrics port per policy's server (the servers are shared)
+
+
 def _scheduler_server(vllm_servers, log_dir: Path, policy: str):
+    from agentrt.local.launch import free_port
     log = Path(log_dir) / f"scheduler-{policy}.jsonl"
-    return vllm_servers(num_blocks=96, extra_args=scheduler_args(policy, event_log=str(log))), log
+    port = _SIDE_PORTS.setdefault(policy, free_port())
+    srv = vllm_servers(num_blocks=96, extra_args=scheduler_args(policy, event_log=str(log), metrics_port=port))
+    return srv, log
+
+
+def _side_metrics(policy: str) -> dict[str, float]:
+    from agentrt.enginebench.prom import scrape_now
+    return scrape_now(f"http://127.0.0.1:{_SIDE_PORTS[policy]}",
+                      ("agentrt_connector_requests_total", "agentrt_connector_steps_total",
+                       "agentrt_connector_hook_seconds_total", "agentrt_connector_runtime_failed"))
 
 
 @requires_vllm
@@ -71,6 +122,12 @@ def test_hosted_in_the_scheduler_the_policy_orders_the_pool(vllm_servers, vllm_l
     text = Path(srv.log_path).read_text()
     assert "hosted in the scheduler" in text and "Traceback" not in text
     assert "agentrt_connector_" not in httpx.get(srv.base_url + "/metrics", timeout=30).text
+    # ... they are on the scheduler's own port (metrics_port), as the connector has them on vLLM's
+    side = httpx.get(f"http://127.0.0.1:{_SIDE_PORTS[policy]}/metrics", timeout=30).text
+    assert f'policy="{policy}"' in side and 'model_name="' in side
+    m = _side_metrics(policy)
+    assert m["agentrt_connector_requests_total"] >= 2 and m["agentrt_connector_steps_total"] > 0
+    assert m["agentrt_connector_hook_seconds_total"] > 0 and m["agentrt_connector_runtime_failed"] == 0
 
 
 @requires_vllm

@@ -13,7 +13,9 @@ pool; only the `--kv-transfer-config` differs:
 - `POLICY-vllm-binding`: the same with `"cpu_binding": "vllm"`, vLLM's extra reserved core
   (the connector as it was before the binding was kept);
 - `POLICY-stats-every-step`: the same with `"stats_interval_s": 0`, a metrics report to vLLM's
-  API server on every step where something changed (the connector as it was before the interval).
+  API server on every step where something changed (the connector as it was before the interval);
+- `POLICY-scheduler`: agentrt in vLLM's scheduler class with that policy, no connector configured
+  (`vllm/scheduler.py`), its metrics served on a port of their own (`metrics_port`).
 Runs go round-robin over the variants (run 1 of every variant, then run 2, ...), so slow drift of
 a shared machine spreads over all of them, and each round starts one variant later than the last
 (`round_order`), so no variant always runs first. Per variant: the median and range over runs of the
@@ -21,8 +23,9 @@ client's throughput, mean TTFT, mean TPOT and mean end-to-end latency; what the 
 prefix-cache hit rate over the run and its preemptions, from vLLM's /metrics before and after the
 run: a variant that computes more prompt tokens pays for them in TTFT and throughput); the CPU
 time each of vLLM's processes used over the run (API server, engine core, worker; and the time
-they waited for a CPU: `local/proc_cpu.py`); and for the agentrt connector its own cost from
-vLLM's /metrics (`agentrt_connector_hook_seconds_total` per step).
+they waited for a CPU: `local/proc_cpu.py`); and for agentrt its own cost from its metrics
+(`agentrt_connector_hook_seconds_total` per step; vLLM's /metrics for the connector, the side
+port in the scheduler class).
 Assumptions: one engine at a time on the machine; a run's requests all complete (the client
 raises otherwise).
 """
@@ -51,18 +54,25 @@ class Variant:
     name: str
     kv: dict | None = None               # --kv-transfer-config (None: no connector)
     env: dict = field(default_factory=dict)
-    args: list[str] = field(default_factory=list)   # more server arguments (the scheduler class)
+    args: list[str] = field(default_factory=list)   # more server arguments
+    scheduler_policy: str | None = None   # agentrt in vLLM's scheduler class with this policy
 
     @property
     def agentrt(self) -> bool:
-        """agentrt's connector, whose metrics /metrics exports (hosted in the scheduler it has none)."""
+        """agentrt's connector, whose metrics vLLM's /metrics exports."""
         return self.kv is not None and self.kv.get("kv_connector") == "AgentRTConnector"
 
     @property
     def runs_agentrt(self) -> bool:
         """agentrt runs in this engine, as its connector or in its scheduler (what `--check` judges)."""
-        from agentrt.vllm.config import SCHEDULER_CLS
-        return self.agentrt or SCHEDULER_CLS in self.args
+        return self.agentrt or self.scheduler_policy is not None
+
+    def server_args(self, metrics_port: int | None = None) -> list[str]:
+        """vLLM's extra arguments; in the scheduler class, its metrics on `metrics_port`."""
+        if self.scheduler_policy is None:
+            return list(self.args)
+        from agentrt.vllm.config import scheduler_args
+        return list(self.args) + scheduler_args(self.scheduler_policy, metrics_port=metrics_port)
 
 
 def variant(name: str) -> Variant:
@@ -74,7 +84,9 @@ def variant(name: str) -> Variant:
     if name == "stock":
         return Variant(name)
     if name.endswith("-scheduler"):
-        return Variant(name, args=scheduler_args(name.removesuffix("-scheduler")))
+        policy = name.removesuffix("-scheduler")
+        scheduler_args(policy)               # a bad name fails here
+        return Variant(name, scheduler_policy=policy)
     if name == "noop":
         return Variant(name, dict(NOOP_CONFIG))
     if name == "noop-stock-binding":
@@ -196,10 +208,12 @@ def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir:
     """One server for `v`, one client run; the client's summary plus the connector's counters
     (and, with `profile_s`, py-spy's breakdown of `process`'s time over that window: the engine
     core or the worker)."""
-    from agentrt.local.launch import VLLMServer
+    from agentrt.local.launch import VLLMServer, free_port
     tag = f"{load.name}-{v.name}-{run}"
+    side_port = free_port() if v.scheduler_policy is not None else None
     srv = VLLMServer(model_dir, num_blocks=load.blocks, block_size=block_size, kv_connector=v.kv,
-                     extra_env=v.env, extra_args=list(v.args), log_path=str(log_dir / f"vllm-{tag}.log"), die_with_parent=True)
+                     extra_env=v.env, extra_args=v.server_args(side_port),
+                     log_path=str(log_dir / f"vllm-{tag}.log"), die_with_parent=True)
     srv.start()
     spy, folded = None, log_dir / f"profile-{tag}.txt"
     if profile_s > 0:
@@ -218,9 +232,9 @@ def run_once(v: Variant, load: Load, trace: TimedTrace, model_dir: str, log_dir:
             res["profile"] = profile_breakdown(folded.read_text(), kinds) if folded.exists() else None
             if res["profile"] is not None:
                 res["profile"]["process"] = process
-        if v.agentrt:
+        if v.runs_agentrt:
             time.sleep(1.5)          # the connector reports its timing at least once a second
-            c = connector_cost(srv.base_url)
+            c = connector_cost(srv.base_url if side_port is None else f"http://127.0.0.1:{side_port}")
             steps = c["agentrt_connector_steps_total"]
             res["connector"] = {
                 "hook_s": c["agentrt_connector_hook_seconds_total"], "steps": steps,

@@ -51,6 +51,12 @@ Keys of `kv_connector_extra_config` (all optional):
                     at most this often (default 0.5 s); each report is one more message for vLLM's
                     API server to process beside the tokens it streams. Once nothing is in flight
                     the latest figures go at once; 0: every step something changed
+    metrics_port    agentrt hosted in vLLM's scheduler class only (`scheduler.py`): serve the
+                    `agentrt_connector_*` metrics at http://metrics_host:PORT/metrics from the
+                    scheduler process (there are none on vLLM's /metrics there; 0: any free port,
+                    named in vLLM's log). With the connector they are on vLLM's /metrics and this
+                    key is refused
+    metrics_host    the address metrics_port binds (default 127.0.0.1: this machine only)
     fail_after      test hook: the hosted runtime raises after this many events
 Unknown keys are an error in the connector's log (reported once) and otherwise ignored.
 """
@@ -92,6 +98,8 @@ class ConnectorConfig:
     cpu_binding: str = "stock"
     stats_interval_s: float = 0.5
     rerank_duty: float = DUTY
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     fail_after: int | None = None
 
     @classmethod
@@ -125,6 +133,12 @@ class ConnectorConfig:
                 if v < 1:
                     raise ValueError(f"{name} must be >= 1 (or null: no cap), got {v}")
                 setattr(cfg, name, v)
+        if cfg.metrics_port is not None:
+            if isinstance(cfg.metrics_port, bool) or not isinstance(cfg.metrics_port, int) \
+                    or not 0 <= cfg.metrics_port <= 65535:
+                raise ValueError(f"metrics_port must be a port number in [0, 65535], got {cfg.metrics_port!r}")
+        if not isinstance(cfg.metrics_host, str) or not cfg.metrics_host:
+            raise ValueError(f"metrics_host must be a host name or address, got {cfg.metrics_host!r}")
         if not isinstance(cfg.safety_net, bool):
             raise ValueError(f"safety_net must be true or false, got {cfg.safety_net!r}")
         cfg.share_weights()                     # a bad weight fails here
@@ -173,17 +187,29 @@ def plugin_installed() -> bool:
                for ep in entry_points(group="vllm.general_plugins"))
 
 
-def kv_transfer_config(policy: str = "lru", *, module_path: bool | None = None, **extra) -> dict:
-    """The `--kv-transfer-config` object that loads the connector with `policy` and `extra` keys.
-    `module_path`: add `kv_connector_module_path` (None: only when the plugin's entry point is not
-    installed). With a host tier, a block whose load failed is recomputed (vLLM's default fails
-    the request)."""
+METRICS_PORT_REFUSED = ("metrics_port: the connector's metrics are on vLLM's own /metrics; the key is for "
+                        "agentrt hosted in vLLM's scheduler class (scheduler_args)")
+
+
+def engine_settings(policy: str = "lru", **extra) -> tuple[dict, ConnectorConfig]:
+    """(settings object, parsed) for a policy an engine can run, with `extra` keys (None values
+    left out): checked here so a bad value fails before vLLM starts, not inside the engine."""
     from agentrt.policies.registry import BOUNDS, check_names
     check_names([policy])
     if policy in BOUNDS:
         raise ValueError(f"'{policy}' is an offline bound, not a policy an engine can run")
     body = {"policy": policy, **{k: v for k, v in extra.items() if v is not None}}
-    cfg, _ = ConnectorConfig.from_extra(body)  # fail here, not inside the engine
+    return body, ConnectorConfig.from_extra(body)[0]
+
+
+def kv_transfer_config(policy: str = "lru", *, module_path: bool | None = None, **extra) -> dict:
+    """The `--kv-transfer-config` object that loads the connector with `policy` and `extra` keys.
+    `module_path`: add `kv_connector_module_path` (None: only when the plugin's entry point is not
+    installed). With a host tier, a block whose load failed is recomputed (vLLM's default fails
+    the request)."""
+    body, cfg = engine_settings(policy, **extra)
+    if cfg.metrics_port is not None:
+        raise ValueError(METRICS_PORT_REFUSED)
     role = "kv_both" if cfg.host_blocks else "kv_producer"
     out = {"kv_connector": CONNECTOR_CLASS, "kv_role": role, "kv_connector_extra_config": body}
     if module_path or (module_path is None and not plugin_installed()):
@@ -203,7 +229,7 @@ def scheduler_args(policy: str = "lru", *, async_scheduling: bool = False, **ext
     a KV connector (`scheduler.py`): checked here as `kv_transfer_config` checks the connector's,
     so a bad value fails before vLLM starts. A host tier needs the connector. `async_scheduling`:
     the class for vLLM's async scheduler (a GPU's default)."""
-    body = kv_transfer_config(policy, module_path=False, **extra)["kv_connector_extra_config"]
+    body, _ = engine_settings(policy, **extra)
     scheduler_settings(body)
     return ["--scheduler-cls", ASYNC_SCHEDULER_CLS if async_scheduling else SCHEDULER_CLS, "--additional-config", json.dumps({ADDITIONAL_CONFIG_KEY: body})]
 

@@ -105,11 +105,16 @@ class AgentRTConnector(LayerlessConnector):
         self.elog = EventLog(self.cfg.event_log, "scheduler" if scheduler else "worker")
         self._hosted = None
         self._reporter = None
+        self._side = None                    # side_metrics.SideMetrics, in the scheduler class
         self._buffers = None
         self._failed_loads: set[int] = set()
         if unknown:
             log.warning("agentrt: unknown kv_connector_extra_config keys ignored: %s", unknown)
             self.elog.write("error", where="config", unknown_keys=unknown)
+        if self.cfg.metrics_port is not None:
+            from agentrt.vllm.config import METRICS_PORT_REFUSED
+            log.warning("agentrt: %s; ignored", METRICS_PORT_REFUSED)
+            self.elog.write("error", where="config", ignored="metrics_port")
         if scheduler:
             from agentrt.vllm.hosted import HostedRuntime
             backend = getattr(vllm_config.parallel_config, "distributed_executor_backend", None)
@@ -121,10 +126,13 @@ class AgentRTConnector(LayerlessConnector):
         self.elog.write("init", policy=self.cfg.policy, block_size=self.block_size,
                         reorder=not self.cfg.stock, host_blocks=self.cfg.host_blocks)
 
-    def metrics_off(self) -> None:
+    def metrics_off(self, side=None) -> None:
         """Report no stats to vLLM: hosted by `AgentRTScheduler`, whose API server has no metric
-        families for them (`scheduler.py`)."""
-        self._reporter = None
+        families for them (`scheduler.py`); with `side` (a `side_metrics.SideMetrics`), hand them
+        to it instead, as often as they would have gone to vLLM."""
+        self._side = side
+        if side is None:
+            self._reporter = None
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -207,6 +215,8 @@ class AgentRTConnector(LayerlessConnector):
     def shutdown(self):
         if self._hosted is not None:
             self.elog.write("shutdown", **self._hosted.stats())
+        if self._side is not None:
+            self._side.close()
 
     # ============================================================ metrics
     def get_kv_connector_stats(self) -> "KVConnectorStats | None":
@@ -216,6 +226,9 @@ class AgentRTConnector(LayerlessConnector):
         t0 = perf_counter()
         try:
             if not rep.due(h.change_marker(), t0, h.idle):
+                return None
+            if self._side is not None:
+                self._side.update(h.stats())
                 return None
             return rep.take(h.stats())
         except Exception as e:  # noqa: BLE001 - metrics never change what the engine does

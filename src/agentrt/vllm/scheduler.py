@@ -18,9 +18,11 @@ see no connector and run as stock vLLM does:
 - no host tier (`host_blocks` > 0 needs the worker: load the connector instead);
 - one KV cache group (standard decoder models): vLLM keeps its hybrid KV cache manager here,
   which the connector turns off, so a hybrid or sliding-window model is refused at start-up;
-- no `agentrt_connector_*` metrics on /metrics: vLLM's API server builds a connector's metric
-  families only from a configured `--kv-transfer-config`, and it would fail on stats it has no
-  class for, so the scheduler reports none (the event log, `event_log`, still records them);
+- no `agentrt_connector_*` metrics on vLLM's /metrics: vLLM's API server builds a connector's
+  metric families only from a configured `--kv-transfer-config`, and it would fail on stats it
+  has no class for, so the scheduler reports none there; `"metrics_port": N` serves the same
+  families from the scheduler process on a port of their own (`side_metrics.py`), and the event
+  log (`event_log`) records them too;
 - where a KV connector is configured as well, it is left alone and this class adds nothing;
 - async scheduling (vLLM's default on a GPU; off on the CPU) needs `AgentRTAsyncScheduler`, the
   same on vLLM's `AsyncScheduler` (not run here: no GPU).
@@ -53,18 +55,26 @@ def settings(vllm_config) -> dict:
 def scheduler_connector(vllm_config, kv_cache_config, extra: dict):
     """`AgentRTConnector` in its scheduler role for a vLLM configured without a KV connector:
     it reads its settings from a KV transfer config made for it alone (the engine's own config is
-    not changed) and reports no metrics (see the module's docstring)."""
+    not changed) and reports no metrics to vLLM; with `metrics_port` it serves them itself."""
     from vllm.config import KVTransferConfig
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
     from agentrt.vllm.config import CONNECTOR_CLASS, scheduler_settings
     from agentrt.vllm.connector import AgentRTConnector
-    scheduler_settings(extra)
+    cfg = scheduler_settings(extra)
+    own = {k: v for k, v in extra.items() if k not in ("metrics_port", "metrics_host")}
     view = copy.copy(vllm_config)
     object.__setattr__(view, "kv_transfer_config", KVTransferConfig(
-        kv_connector=CONNECTOR_CLASS, kv_role="kv_producer", kv_connector_extra_config=dict(extra)))
+        kv_connector=CONNECTOR_CLASS, kv_role="kv_producer", kv_connector_extra_config=own))
     conn = AgentRTConnector(view, KVConnectorRole.SCHEDULER, kv_cache_config)
-    conn.metrics_off()
+    side = None
+    if cfg.metrics_port is not None:
+        from agentrt.vllm.side_metrics import SideMetrics
+        side = SideMetrics(str(vllm_config.model_config.served_model_name),
+                           str(getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0),
+                           str(cfg.policy)[:64])
+        side.serve(cfg.metrics_host, cfg.metrics_port)
+    conn.metrics_off(side)
     return conn
 
 
