@@ -7,6 +7,7 @@
     python -m benchmarks.connector_cost --docs-only           # re-render docs/vllm.md from the JSON
     python -m benchmarks.connector_cost --check 0.03 ...      # exit 1 if lru loses more than 3%
     python -m benchmarks.connector_cost --profile 60 ...      # plus a py-spy run of the engine core
+    python -m benchmarks.connector_cost --pool A.json,B.json --json C.json   # rounds of two invocations as one
 
 The first lines of a Mooncake-format trace (default: ../shared/traces/mooncake/
 conversation_trace.jsonl, `AGENTRT_SHARED` overrides ../shared; `agentrt export mooncake` writes
@@ -32,7 +33,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agentrt.enginebench.connector_cost import Load, label, loss, measure, paired_of, variant
+from agentrt.enginebench.connector_cost import Load, label, loss, measure, paired_of, pool, variant
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("AGENTRT_SHARED", REPO.parent / "shared"))
@@ -111,6 +112,31 @@ def command_line(argv: list[str]) -> str:
     return " ".join(["python -m benchmarks.connector_cost", *out])
 
 
+def write_pooled(paths: list[str], out: Path, cmd: str) -> int:
+    """`--pool`: one JSON from the rounds of several invocations (`connector_cost.pool`)."""
+    docs = []
+    for p in paths:
+        try:
+            docs.append(json.loads(Path(p).read_text()))
+        except (OSError, ValueError) as e:
+            sys.exit(f"error: --pool {p}: {e}")
+    try:
+        loads = pool(docs, paths)
+    except (KeyError, ValueError) as e:
+        sys.exit(f"error: --pool: {e}")
+    first = docs[0]["settings"]
+    doc = {"settings": {**{k: first[k] for k in ("trace", "chunk", "vllm", "model", "cores") if k in first},
+                        "command": cmd, "runs": sum(d["settings"].get("runs", 0) for d in docs),
+                        "pooled": [d["settings"].get("command") for d in docs],
+                        "seconds": sum(d["settings"].get("seconds", 0) for d in docs)},
+           "loads": loads}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    print(markdown(doc))
+    print(f"wrote {out} ({doc['settings']['runs']} rounds from {len(docs)} invocations)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.connector_cost", description=__doc__.split("\n")[0])
     ap.add_argument("--trace", default=str(DEFAULT_TRACE))
@@ -131,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                          "needs py-spy: pip install py-spy)")
     ap.add_argument("--profile-process", choices=("engine", "worker"), default="engine",
                     help="what --profile samples: vLLM's engine core (the scheduler) or its worker (the model runner)")
+    ap.add_argument("--pool", default=None, metavar="A.json,B.json",
+                    help="write --json from the rounds of earlier invocations on the same set-up (no runs)")
     ap.add_argument("--check", type=float, default=None, metavar="MARGIN",
                     help="exit 1 when lru (or any agentrt policy) loses more than MARGIN vs stock")
     a = ap.parse_args(argv)
@@ -139,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.docs_only:
         write_docs(json.loads(out.read_text()))
         return 0
+    if a.pool:
+        if not a.json:
+            ap.error("--pool needs --json (the pooled file)")
+        return write_pooled(a.pool.split(","), out, command_line(sys.argv[1:] if argv is None else argv))
     if not Path(a.trace).is_file():
         sys.exit(f"error: --trace {a.trace}: no such file (the default is in ../shared; "
                  f"set AGENTRT_SHARED or give --trace)")

@@ -17,7 +17,7 @@ import json
 import pytest
 
 from agentrt.enginebench.connector_cost import (
-    Load, engine_delta, label, loss, paired_versus_stock, round_order, run_once, stock_reservation,
+    Load, engine_delta, label, loss, paired_versus_stock, pool, round_order, run_once, stock_reservation,
     summarize, variant, versus_stock,
 )
 from agentrt.enginebench.vllm_client import TimedTrace, summary
@@ -94,6 +94,39 @@ def test_paired_ratios_cancel_drift_between_rounds():
     assert vs["mean_ttft_s"] == pytest.approx((1.05 + 9.3 / 9) / 2)
     assert "stock" not in paired_versus_stock(raw)
     assert loss(vs) == pytest.approx(vs["mean_ttft_s"] - 1)
+
+
+def _doc(raw: dict, command: str, **settings) -> dict:
+    base = {"trace": "team.jsonl", "chunk": 8, "vllm": "0.32.0", "model": "tiny", "runs": 1,
+            "command": command, "seconds": 10}
+    return {"settings": {**base, **settings},
+            "loads": {"loaded": {"sec_multiplier": 0.0005, "blocks": 200, "requests": 120, "raw": raw}}}
+
+
+def test_pooled_invocations_keep_each_round_paired_with_its_own_stock(tmp_path):
+    from bench_scripts import load_script
+    first = {"stock": [_run(3.0, 6, 10)], "lru": [_run(2.7, 6.6, 11)]}
+    second = {"stock": [_run(2.4, 9, 13)], "lru": [_run(2.4, 9, 13)]}
+    pooled = pool([_doc(first, "a"), _doc(second, "b")], ["a.json", "b.json"])["loaded"]
+    assert pooled["raw"]["stock"] == first["stock"] + second["stock"]
+    assert pooled["paired_vs_stock"] == paired_versus_stock({k: first[k] + second[k] for k in first})
+    assert pooled["paired_vs_stock"]["lru"]["request_throughput"] == pytest.approx((0.9 + 1.0) / 2)
+    assert pooled["variants"]["stock"]["runs"] == 2
+    with pytest.raises(ValueError, match="b.json: settings.chunk"):
+        pool([_doc(first, "a"), _doc(second, "b", chunk=16)], ["a.json", "b.json"])
+    with pytest.raises(ValueError, match="b.json: load 'loaded' differs"):
+        pool([_doc(first, "a"), _doc({"stock": second["stock"]}, "b")], ["a.json", "b.json"])
+    # the script: the pooled file records where its rounds came from
+    cc = load_script("connector_cost")
+    a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_text(json.dumps(_doc(first, "python -m benchmarks.connector_cost A")))
+    b.write_text(json.dumps(_doc(second, "python -m benchmarks.connector_cost B")))
+    assert cc.main(["--pool", f"{a},{b}", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["pooled"] == ["python -m benchmarks.connector_cost A", "python -m benchmarks.connector_cost B"]
+    assert doc["settings"]["runs"] == 2 and doc["settings"]["command"].endswith(f"--json {out}")
+    with pytest.raises(SystemExit, match="--pool .*missing.json"):
+        cc.main(["--pool", f"{a},{tmp_path / 'missing.json'}", "--json", str(out)])
 
 
 def test_rounds_rotate_so_no_variant_always_runs_first():

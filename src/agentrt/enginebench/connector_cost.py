@@ -361,10 +361,42 @@ def measure(variants: list[Variant], loads: list[Load], trace_path: str, runs: i
                          f"{r['request_throughput']:.2f} req/s  TTFT {r['mean_ttft_s']:.2f} s  "
                          f"TPOT {r['mean_tpot_ms']:.1f} ms  prefix hits {_pct(r['engine']['prefix_hit_rate'])}  "
                          f"({time.time() - t0:.0f} s with start-up)")
-        summary = {name: summarize(rs) for name, rs in raw.items()}
-        out[load.name] = {"sec_multiplier": load.sec_multiplier, "blocks": load.blocks, "requests": load.requests,
-                          "order": "rotated",
-                          "variants": summary, "raw": raw, "profiles": profiles or None,
-                          "vs_stock": versus_stock(summary) if "stock" in summary else {},
-                          "paired_vs_stock": paired_versus_stock(raw) if "stock" in raw else {}}
+        out[load.name] = load_result(load.sec_multiplier, load.blocks, load.requests, raw, profiles or None)
     return out
+
+
+def load_result(sec_multiplier: float, blocks: int, requests: int, raw: dict[str, list[dict]],
+                profiles: dict | None = None) -> dict:
+    """One load's stored result from its runs (`raw`: each variant's runs, round by round)."""
+    summary = {name: summarize(rs) for name, rs in raw.items()}
+    return {"sec_multiplier": sec_multiplier, "blocks": blocks, "requests": requests, "order": "rotated",
+            "variants": summary, "raw": raw, "profiles": profiles,
+            "vs_stock": versus_stock(summary) if "stock" in summary else {},
+            "paired_vs_stock": paired_versus_stock(raw) if "stock" in raw else {}}
+
+
+def pool(docs: list[dict], where: list[str]) -> dict:
+    """The rounds of several invocations on the same trace, load and variants as one result: each
+    invocation's rounds kept as rounds (stock paired with the variants of its own round), summaries
+    and ratios over all of them. `where` names each doc in errors."""
+    first = docs[0]["settings"]
+    for d, w in zip(docs, where):
+        for k in ("trace", "chunk", "vllm", "model"):
+            if d["settings"].get(k) != first.get(k):
+                raise ValueError(f"{w}: settings.{k} is {d['settings'].get(k)!r}, not {first.get(k)!r} "
+                                 f"as in {where[0]}: only runs of the same set-up pool")
+    loads: dict = {}
+    for name in docs[0]["loads"]:
+        parts = [d["loads"].get(name) for d in docs]
+        if any(p is None for p in parts):
+            continue
+        shape = (parts[0]["sec_multiplier"], parts[0]["blocks"], parts[0]["requests"], sorted(parts[0]["raw"]))
+        for p, w in zip(parts, where):
+            if (p["sec_multiplier"], p["blocks"], p["requests"], sorted(p["raw"])) != shape:
+                raise ValueError(f"{w}: load {name!r} differs from {where[0]}'s (rate, blocks, requests "
+                                 f"or variants): only runs of the same set-up pool")
+        raw = {v: [r for p in parts for r in p["raw"][v]] for v in parts[0]["raw"]}   # the first's order
+        loads[name] = load_result(*shape[:3], raw)
+    if not loads:
+        raise ValueError(f"no load is in all of {', '.join(where)}")
+    return loads
