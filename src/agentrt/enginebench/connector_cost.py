@@ -54,7 +54,6 @@ class Variant:
     name: str
     kv: dict | None = None               # --kv-transfer-config (None: no connector)
     env: dict = field(default_factory=dict)
-    args: list[str] = field(default_factory=list)   # more server arguments
     scheduler_policy: str | None = None   # agentrt in vLLM's scheduler class with this policy
 
     @property
@@ -68,11 +67,12 @@ class Variant:
         return self.agentrt or self.scheduler_policy is not None
 
     def server_args(self, metrics_port: int | None = None) -> list[str]:
-        """vLLM's extra arguments; in the scheduler class, its metrics on `metrics_port`."""
+        """vLLM's extra arguments: in the scheduler class, the class with its metrics on
+        `metrics_port`; none otherwise."""
         if self.scheduler_policy is None:
-            return list(self.args)
+            return []
         from agentrt.vllm.config import scheduler_args
-        return list(self.args) + scheduler_args(self.scheduler_policy, metrics_port=metrics_port)
+        return scheduler_args(self.scheduler_policy, metrics_port=metrics_port)
 
 
 def variant(name: str) -> Variant:

@@ -35,7 +35,6 @@ class SideMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self.server = None
-        self.url: str | None = None
 
     def update(self, stats: dict) -> None:
         self.latest = totals(stats)          # one reference swap: scrapes see old or new, whole
@@ -43,7 +42,7 @@ class SideMetrics:
     def collect(self) -> Iterator:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
         snap = self.latest
-        names = list(self.base)
+        names, base = list(self.base), list(self.base.values())
         for m in METRICS:
             labels = names + ([m.label] if m.label else [])
             if m.kind == "counter":
@@ -52,7 +51,6 @@ class SideMetrics:
             else:
                 fam = GaugeMetricFamily(m.name, m.doc, labels=labels)
                 values = snap[GAUGES]
-            base = [self.base[k] for k in names]
             if m.label is None:
                 fam.add_metric(base, float(values.get(m.short, 0)))
             else:
@@ -67,9 +65,9 @@ class SideMetrics:
             self.server, _ = start_http_server(port, addr=host, registry=self.registry)
         except OSError as e:
             raise OSError(f"agentrt: metrics_port {port} on {host}: {e}") from e
-        self.url = f"http://{host}:{self.server.server_port}/metrics"
-        log.info("agentrt: connector metrics at %s", self.url)
-        return self.url
+        url = f"http://{host}:{self.server.server_port}/metrics"
+        log.info("agentrt: connector metrics at %s", url)
+        return url
 
     def close(self) -> None:
         if self.server is not None:
