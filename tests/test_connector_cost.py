@@ -159,6 +159,9 @@ def test_the_json_records_the_whole_command_with_the_trace_by_name():
 @requires_vllm
 def test_variants_by_name():
     assert variant("stock").kv is None and not variant("stock").agentrt
+    again = variant("stock-again")               # the A/A control: stock under another name
+    assert again.kv is None and not again.runs_agentrt and again.server_args(9464) == []
+    assert "A/A" in label("stock-again")
     noop = variant("noop")
     assert noop.kv["kv_connector"] == "NoopConnector" and not noop.env
     assert variant("noop-stock-binding").env == {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(stock_reservation())}

@@ -165,3 +165,122 @@ def test_a_model_with_several_kv_cache_groups_is_refused_and_a_configured_connec
     sched = NS(connector=other)
     assert host_agentrt(sched, NS(additional_config={}), NS(kv_cache_groups=[1, 2]), True) is None
     assert sched.connector is other
+
+
+@requires_vllm
+def test_every_hook_point_is_a_method_of_vllms_schedulers_and_the_class_overrides_it():
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from agentrt.vllm.connector import AgentRTConnector
+    from agentrt.vllm.scheduler import HOOK_POINTS, AgentRTHooks
+    for hook, method in HOOK_POINTS.items():
+        assert callable(getattr(AgentRTConnector, hook)), hook
+        for base in (Scheduler, AsyncScheduler):
+            assert callable(getattr(base, method, None)), f"vLLM's {base.__name__} has no {method}"
+        assert method in vars(AgentRTHooks), f"{method} is not overridden"
+
+
+class _RecordingConnector:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name):
+        return lambda *a, **k: self.calls.append((name, *a))
+
+
+def _hooked(looked_up_status):
+    """`AgentRTHooks` on a stand-in for vLLM's scheduler that records what it was asked."""
+    from types import SimpleNamespace as NS
+
+    from agentrt.vllm.scheduler import AgentRTHooks, ForwardWindow
+
+    class Base:
+        block_size = 16
+
+        def __init__(self) -> None:
+            self.requests: dict = {}
+            self.kv_cache_manager = NS(get_block_ids_for_computed_tokens=lambda request_id, num_computed_tokens:
+                                       ([1, 2, 3][: num_computed_tokens // 16],))
+            self.order: list[str] = []
+
+        def add_request(self, request):
+            self.requests[request.request_id] = request
+            self.order.append("add_request")
+
+        def _get_local_prefix_cache_hit(self, request):
+            return "blocks", 40, 0, False
+
+        def schedule(self):
+            self._get_local_prefix_cache_hit(self.requests["a"])
+            self.requests["a"].status = looked_up_status
+            return "out"
+
+        def _connector_finished(self, request):
+            self.order.append("_connector_finished")
+            return False, None
+
+        def update_from_output(self, so, mro):
+            return "outputs"
+
+        def reset_prefix_cache(self, *a, **k):
+            return True
+
+        def get_grammar_bitmask(self, so):
+            return None
+
+        def shutdown(self):
+            self.order.append("shutdown")
+
+    class Hooked(AgentRTHooks, Base):
+        pass
+
+    s = Hooked()
+    s._agentrt = _RecordingConnector()
+    s._agentrt_window = ForwardWindow(s._agentrt)
+    s._agentrt_looked_up = []
+    return s
+
+
+@requires_vllm
+def test_the_hooks_reach_the_connector_where_vllm_calls_a_connectors():
+    from types import SimpleNamespace as NS
+
+    from vllm.v1.request import RequestStatus
+    s = _hooked(RequestStatus.RUNNING)
+    req = NS(request_id="a", status=RequestStatus.WAITING, num_computed_tokens=35)
+    s.add_request(req)
+    s.add_request(req)                        # a streaming update of a known request: not new
+    assert s.schedule() == "out"
+    names = [c[0] for c in s._agentrt.calls]
+    assert names == ["on_new_request", "get_num_new_matched_tokens", "update_state_after_alloc",
+                     "build_connector_meta"]
+    assert s._agentrt.calls[1][1:] == (req, 32)         # the local hit in whole blocks, as vLLM gives it
+    assert s._agentrt.calls[3][1] == "out"
+    s._agentrt.calls.clear()
+    s.get_grammar_bitmask("out")
+    assert s.update_from_output("out", None) == "outputs"
+    assert s._connector_finished(req) == (False, None)
+    assert s.reset_prefix_cache() is True
+    s.shutdown()
+    assert [c[0] for c in s._agentrt.calls] == ["during_forward", "get_kv_connector_stats", "request_finished",
+                                                "reset_cache", "shutdown"]
+    assert s._agentrt.calls[2][1:] == (req, [1, 2])    # the blocks of its computed tokens, before the free
+
+
+@requires_vllm
+def test_a_request_looked_up_but_not_scheduled_is_not_allocated_and_agentrt_off_adds_nothing():
+    from types import SimpleNamespace as NS
+
+    from vllm.v1.request import RequestStatus
+    s = _hooked(RequestStatus.WAITING)
+    s.add_request(NS(request_id="a", status=RequestStatus.WAITING, num_computed_tokens=0))
+    s.schedule()
+    assert "update_state_after_alloc" not in [c[0] for c in s._agentrt.calls]
+    assert s._agentrt_looked_up == []         # the next step looks it up again
+    off = _hooked(RequestStatus.RUNNING)
+    off._agentrt = None
+    off._agentrt_window = type(off._agentrt_window)(None)
+    off.add_request(NS(request_id="a", status=RequestStatus.WAITING, num_computed_tokens=0))
+    assert off.schedule() == "out" and off._agentrt_looked_up == []
+    off.shutdown()

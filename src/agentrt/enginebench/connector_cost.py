@@ -3,7 +3,8 @@
 Model: the same timed trace (Mooncake format) is replayed by vLLM's own benchmark client
 (`vllm_client.py`) against a fresh local server per variant and run, on the same model and KV
 pool; only the `--kv-transfer-config` differs:
-- `stock`: no connector (what a user runs without agentrt);
+- `stock`: no connector (what a user runs without agentrt); `stock-again`: the same, an A/A
+  control whose ratios to `stock` are the noise floor of the paired comparison;
 - `noop`: a connector that does nothing (`agentrt.vllm.noop`), with vLLM's own rules for a
   configured connector: what vLLM's connector path costs by itself;
 - `noop-stock-binding`: the same with the CPU reservation stock vLLM uses
@@ -76,12 +77,12 @@ class Variant:
 
 
 def variant(name: str) -> Variant:
-    """A variant by name: `stock`, `noop`, `noop-stock-binding`, `POLICY`, `POLICY-vllm-binding`,
-    `POLICY-stats-every-step` or `POLICY-scheduler` (agentrt in vLLM's scheduler, no connector:
+    """A variant by name: `stock`, `stock-again`, `noop`, `noop-stock-binding`, `POLICY`,
+    `POLICY-vllm-binding`, `POLICY-stats-every-step` or `POLICY-scheduler` (agentrt in vLLM's scheduler, no connector:
     `vllm/scheduler.py`)."""
     from agentrt.vllm.config import kv_transfer_config, scheduler_args
     from agentrt.vllm.noop import NOOP_CONFIG
-    if name == "stock":
+    if name in ("stock", "stock-again"):
         return Variant(name)
     if name.endswith("-scheduler"):
         policy = name.removesuffix("-scheduler")
@@ -298,7 +299,9 @@ def paired_of(res: dict) -> dict:
     return res.get("paired_vs_stock") or (paired_versus_stock(res["raw"]) if "stock" in res["raw"] else {})
 
 
-NAMES = {"stock": "stock vLLM (no connector)", "noop": "do-nothing connector, vLLM's CPU binding",
+NAMES = {"stock": "stock vLLM (no connector)",
+         "stock-again": "stock vLLM again (A/A control: the runs' noise floor)",
+         "noop": "do-nothing connector, vLLM's CPU binding",
          "noop-stock-binding": "do-nothing connector, stock's CPU binding",
          "lru-vllm-binding": "AgentRTConnector `lru`, vLLM's CPU binding (before)"}
 
