@@ -2,12 +2,14 @@
 
 Unit tests of the summaries and the variants, and the short CI version of
 `benchmarks/connector_cost.py`: vLLM's own benchmark client replays the start of Mooncake's
-conversation trace at a loaded rate against AgentRTConnector with `lru`.
-The comparison with stock (the 3%/5% measurement) is the benchmark's, over rotated rounds: on a
-shared 2-core machine two consecutive runs of stock alone differ by up to 20% (measured: 3.03 and
-2.57 req/s), so no pair of runs a test can afford tells a few percent apart. What a test can check
-is agentrt's own time in vLLM's step (its hooks, timed by the connector), under `HOOK_SHARE` of a
-loaded run, and that the connector keeps stock's CPU binding (test_vllm_plugin.py).
+conversation trace at a loaded rate against stock vLLM and `lru` as the connector and in vLLM's
+scheduler class, one round.
+The 3%/5% comparison with stock is the benchmark's, over rotated rounds: on a shared 2-core
+machine two consecutive runs of stock alone differ by up to 20% (measured: 3.03 and 2.57 req/s),
+so no pair of runs a test can afford tells a few percent apart. What a test can check is
+agentrt's own time in vLLM's step (its hooks, timed by the connector), under `HOOK_SHARE` of a
+loaded run, a loss to stock no larger than `COARSE_MARGIN` in the same round, and that the
+connector keeps stock's CPU binding (test_vllm_plugin.py).
 """
 
 from __future__ import annotations
@@ -17,14 +19,20 @@ import json
 import pytest
 
 from agentrt.enginebench.connector_cost import (
-    Load, engine_delta, label, loss, paired_versus_stock, pool, round_order, run_once, stock_reservation,
+    Load, engine_delta, label, loss, measure, paired_versus_stock, pool, round_order, stock_reservation,
     summarize, variant, versus_stock,
 )
-from agentrt.enginebench.vllm_client import TimedTrace, summary
+from agentrt.enginebench.vllm_client import summary
 from conftest import MOONCAKE_CONV, needs_shared
 from vllm_support import requires_vllm
 
 HOOK_SHARE = 0.02
+# What one round can tell apart here: single rounds of stock against stock (the benchmark's A/A
+# control, docs/results/engine/connector_cost-scheduler-hooks*.json) differed by up to 17% in
+# TTFT and 10% in TPOT, and in CI the other test worker runs beside it. 40% is above that and
+# below the tax issue 37 found (a do-nothing connector under vLLM's own CPU binding: 0.82x
+# throughput, 1.48x TTFT).
+COARSE_MARGIN = 0.40
 
 
 def _run(thr, ttft, tpot, e2e=1.0, dur=10.0, hook=None):
@@ -188,24 +196,30 @@ def test_variants_by_name():
 @requires_vllm
 @needs_shared
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["lru", "lru-scheduler"])
-def test_the_connectors_own_time_is_a_sliver_of_a_loaded_run(tiny_model, tmp_path, name):
-    """The connector with `lru` on a loaded replay, with vLLM's client: every request answered and
-    agentrt's hooks under `HOOK_SHARE` of the run; the same in vLLM's scheduler class, whose
-    figures come from its own metrics port. The comparison with stock vLLM is the benchmark's
-    (`benchmarks/connector_cost.py`, rounds rotated): one pair of runs here would be within the
-    machine's drift, and the cause issue 37 found (the connector losing stock's CPU binding) is
-    checked directly by `test_vllm_plugin.py::test_cpu_binding_as_stock_with_the_agentrt_connector_only`."""
-    trace = TimedTrace(str(MOONCAKE_CONV), num_prompts=60, sec_multiplier=0.0005, chunk=16)
-    r = run_once(variant(name), Load("loaded", 0.0005, 200, 60), trace, tiny_model, tmp_path, 0)
-    # vLLM 0.32's client now and then fails to parse a streamed chunk of a request the server
-    # answered (`vllm_client.py`): a couple of those are the client's, not the engine's
-    assert r["completed"] + r["failed"] == 60 and r["failed"] <= 2, r
-    assert r["connector"]["steps"] > 0 and r["connector"]["hook_s"] > 0, r
-    assert r["engine"]["prefix_queries"] > 0 and 0.0 <= r["engine"]["prefix_hit_rate"] <= 1.0, r
-    assert summarize([r])["median"]["hook_share_of_run"] <= HOOK_SHARE, r
-    # each of vLLM's processes was found and used CPU over the run
-    assert set(r["cpu_s"]) == {"api_server", "engine_core", "worker"} and min(r["cpu_s"].values()) > 0, r
+def test_lru_costs_a_sliver_and_loses_no_more_than_the_coarse_margin_to_stock(tiny_model, tmp_path):
+    """The short CI version of the benchmark: one round of stock vLLM, the connector with `lru`
+    and `lru` in vLLM's scheduler class on the same loaded replay, with vLLM's client. Every
+    request answered; agentrt's hooks under `HOOK_SHARE` of the run (the class's figures from its
+    own metrics port); and neither loses more than `COARSE_MARGIN` against stock on throughput,
+    mean TTFT or mean TPOT in the same round. The 3% target is the benchmark's, over rotated
+    rounds; one round here resolves only a coarse margin (below), and the cause issue 37 found
+    (the connector losing stock's CPU binding) is checked directly by
+    `test_vllm_plugin.py::test_cpu_binding_as_stock_with_the_agentrt_connector_only`."""
+    names = ["stock", "lru", "lru-scheduler"]
+    res = measure([variant(n) for n in names], [Load("loaded", 0.0005, 200, 60)], str(MOONCAKE_CONV), 1,
+                  tiny_model, tmp_path, 16, progress=lambda _: None)["loaded"]
+    for name in names:
+        r = res["raw"][name][0]
+        # vLLM 0.32's client now and then fails to parse a streamed chunk of a request the server
+        # answered (`vllm_client.py`): a couple of those are the client's, not the engine's
+        assert r["completed"] + r["failed"] == 60 and r["failed"] <= 2, (name, r)
+        assert r["engine"]["prefix_queries"] > 0 and 0.0 <= r["engine"]["prefix_hit_rate"] <= 1.0, (name, r)
+        # each of vLLM's processes was found and used CPU over the run
+        assert set(r["cpu_s"]) == {"api_server", "engine_core", "worker"} and min(r["cpu_s"].values()) > 0, r
+        if name != "stock":
+            assert r["connector"]["steps"] > 0 and r["connector"]["hook_s"] > 0, (name, r)
+            assert summarize([r])["median"]["hook_share_of_run"] <= HOOK_SHARE, (name, r)
+            assert loss(res["paired_vs_stock"][name]) <= COARSE_MARGIN, (name, res["paired_vs_stock"])
 
 
 @requires_vllm
