@@ -28,10 +28,10 @@ from vllm_support import requires_vllm
 
 HOOK_SHARE = 0.02
 # What one round can tell apart here: single rounds of stock against stock (the benchmark's A/A
-# control, docs/results/engine/connector_cost-scheduler-hooks*.json) differed by up to 17% in
-# TTFT and 10% in TPOT, and in CI the other test worker runs beside it. 40% is above that and
-# below the tax issue 37 found (a do-nothing connector under vLLM's own CPU binding: 0.82x
-# throughput, 1.48x TTFT).
+# control, docs/results/engine/connector_cost-scheduler-hooks*.json) differed by up to 10% in
+# throughput and 17% in TTFT (and 31% in mean TPOT, too noisy to check in one round), and in CI
+# the other test worker runs beside it. 40% is above that and below the tax issue 37 found (a
+# do-nothing connector under vLLM's own CPU binding: 0.82x throughput, 1.48x TTFT).
 COARSE_MARGIN = 0.40
 
 
@@ -200,8 +200,8 @@ def test_lru_costs_a_sliver_and_loses_no_more_than_the_coarse_margin_to_stock(ti
     """The short CI version of the benchmark: one round of stock vLLM, the connector with `lru`
     and `lru` in vLLM's scheduler class on the same loaded replay, with vLLM's client. Every
     request answered; agentrt's hooks under `HOOK_SHARE` of the run (the class's figures from its
-    own metrics port); and neither loses more than `COARSE_MARGIN` against stock on throughput,
-    mean TTFT or mean TPOT in the same round. The 3% target is the benchmark's, over rotated
+    own metrics port); and neither loses more than `COARSE_MARGIN` against stock on throughput or
+    mean TTFT in the same round. The 3% target is the benchmark's, over rotated
     rounds; one round here resolves only a coarse margin (below), and the cause issue 37 found
     (the connector losing stock's CPU binding) is checked directly by
     `test_vllm_plugin.py::test_cpu_binding_as_stock_with_the_agentrt_connector_only`."""
@@ -219,7 +219,8 @@ def test_lru_costs_a_sliver_and_loses_no_more_than_the_coarse_margin_to_stock(ti
         if name != "stock":
             assert r["connector"]["steps"] > 0 and r["connector"]["hook_s"] > 0, (name, r)
             assert summarize([r])["median"]["hook_share_of_run"] <= HOOK_SHARE, (name, r)
-            assert loss(res["paired_vs_stock"][name]) <= COARSE_MARGIN, (name, res["paired_vs_stock"])
+            vs = {k: v for k, v in res["paired_vs_stock"][name].items() if k != "mean_tpot_ms"}
+            assert loss(vs) <= COARSE_MARGIN, (name, res["paired_vs_stock"])
 
 
 @requires_vllm
