@@ -193,7 +193,7 @@ def _hooked(looked_up_status):
     """`AgentRTHooks` on a stand-in for vLLM's scheduler that records what it was asked."""
     from types import SimpleNamespace as NS
 
-    from agentrt.vllm.scheduler import AgentRTHooks, ForwardWindow
+    from agentrt.vllm.scheduler import AgentRTHooks
 
     class Base:
         block_size = 16
@@ -202,11 +202,9 @@ def _hooked(looked_up_status):
             self.requests: dict = {}
             self.kv_cache_manager = NS(get_block_ids_for_computed_tokens=lambda request_id, num_computed_tokens:
                                        ([1, 2, 3][: num_computed_tokens // 16],))
-            self.order: list[str] = []
 
         def add_request(self, request):
             self.requests[request.request_id] = request
-            self.order.append("add_request")
 
         def _get_local_prefix_cache_hit(self, request):
             return "blocks", 40, 0, False
@@ -217,7 +215,6 @@ def _hooked(looked_up_status):
             return "out"
 
         def _connector_finished(self, request):
-            self.order.append("_connector_finished")
             return False, None
 
         def update_from_output(self, so, mro):
@@ -230,15 +227,13 @@ def _hooked(looked_up_status):
             return None
 
         def shutdown(self):
-            self.order.append("shutdown")
+            pass
 
     class Hooked(AgentRTHooks, Base):
         pass
 
     s = Hooked()
-    s._agentrt = _RecordingConnector()
-    s._agentrt_window = ForwardWindow(s._agentrt)
-    s._agentrt_looked_up = []
+    s._agentrt_attach(_RecordingConnector())
     return s
 
 
@@ -279,8 +274,7 @@ def test_a_request_looked_up_but_not_scheduled_is_not_allocated_and_agentrt_off_
     assert "update_state_after_alloc" not in [c[0] for c in s._agentrt.calls]
     assert s._agentrt_looked_up == []         # the next step looks it up again
     off = _hooked(RequestStatus.RUNNING)
-    off._agentrt = None
-    off._agentrt_window = type(off._agentrt_window)(None)
+    off._agentrt_attach(None)
     off.add_request(NS(request_id="a", status=RequestStatus.WAITING, num_computed_tokens=0))
     assert off.schedule() == "out" and off._agentrt_looked_up == []
     off.shutdown()

@@ -78,8 +78,8 @@ class Variant:
 
 def variant(name: str) -> Variant:
     """A variant by name: `stock`, `stock-again`, `noop`, `noop-stock-binding`, `POLICY`,
-    `POLICY-vllm-binding`, `POLICY-stats-every-step` or `POLICY-scheduler` (agentrt in vLLM's scheduler, no connector:
-    `vllm/scheduler.py`)."""
+    `POLICY-vllm-binding`, `POLICY-stats-every-step` or `POLICY-scheduler` (agentrt in vLLM's
+    scheduler, no connector: `vllm/scheduler.py`)."""
     from agentrt.vllm.config import kv_transfer_config, scheduler_args
     from agentrt.vllm.noop import NOOP_CONFIG
     if name in ("stock", "stock-again"):

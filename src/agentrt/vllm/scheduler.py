@@ -159,8 +159,12 @@ class AgentRTHooks:
     forward_window = True
 
     def _agentrt_init(self, vllm_config, kv_cache_config) -> None:
-        self._agentrt = host_agentrt(self, vllm_config, kv_cache_config, self.forward_window)
-        self._agentrt_window = ForwardWindow(self._agentrt if self.forward_window else None)
+        self._agentrt_attach(host_agentrt(self, vllm_config, kv_cache_config, self.forward_window))
+
+    def _agentrt_attach(self, conn) -> None:
+        """The hooks' state for `conn` (agentrt's connector; None: agentrt adds nothing)."""
+        self._agentrt = conn
+        self._agentrt_window = ForwardWindow(conn if self.forward_window else None)
         self._agentrt_looked_up: list = []   # waiting requests looked up in this `schedule`
 
     def add_request(self, request) -> None:
