@@ -268,10 +268,12 @@ def fidelity() -> str:
         return missing("the simulator against the engine",
                        "python -m benchmarks.fidelity --workload team --seed 0 --runs 3 "
                        "--json docs/results/engine/fidelity-team.json")
-    rows, gaps, e2e, ttft, disorder, before, after = [], [], {}, {}, [], {}, {}
+    rows, gaps, e2e, ttft, disorder, before, after, hosted = [], [], {}, {}, [], {}, {}, []
     for f in docs:
         doc = json.loads(f.read_text())
         name = f.stem.removeprefix('fidelity-')
+        if (doc.get("settings", {}).get("preset") or {}).get("host_per_call_s") is not None:
+            hosted.append(f"{name} ({doc['settings']['preset']['host_per_call_s'] * 1e3:.1f} ms)")
         disorder += [f"{name}: {pair}" for pair in doc.get("order_disagreements") or ()]
         for pol, x in doc["policies"].items():
             rows.append(f"| {name} | {pol} | {pct(x['live_hit'])} | {pct(x['sim_hit'])} | "
@@ -298,11 +300,10 @@ def fidelity() -> str:
             + (f"Cut where the engine first schedules a call, the simulator's TTFT after that point over the "
                f"live one: {ratios(after)}; before it (the request's path, the wait for an iteration, the "
                f"queue): {ratios(before)}. " if before else "")
-            + "Where the simulator's TTFT falls short, what is missing is mostly the time before the engine "
-            "schedules a call: the request's path under load (the number of calls streaming does not explain "
-            "it) and the policy's own per-step work, which the simulator does not charge; two calibrations of "
-            "this shared machine differ by about as much ([where the gap lives]"
-            "(notes/results-details.md#the-simulator-against-the-engine)).\n")
+            + (f"Presets measured with the host's cost per call (`host_per_call_s`: on this 2-core host the CPU a "
+               f"call's handling takes is time the engine does not step): {', '.join(hosted)}; the others were "
+               f"measured before it and leave it out. " if hosted else "")
+            + "[Where the gap lives](notes/results-details.md#the-simulator-against-the-engine), call by call.\n")
 
 
 def details_index() -> str:

@@ -136,6 +136,8 @@ def test_calibrate_a_live_vllm(tmp_path):
     # short requests were answered while decode batches streamed: the path's growth is fitted
     assert pf.doc["fit"]["stream_points"] and pf.request_overhead_per_stream_s >= 0
     assert all(t > 0 for _, _, t, *_ in pf.doc["fit"]["stream_points"])
+    # a decode batch was timed alone and beside short calls: the host's cost per call
+    assert pf.doc["fit"]["host_points"] and pf.host_per_call_s >= 0
     shown = subprocess.run([sys.executable, "-m", "agentrt.cli", "presets", "--file", str(out)],
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and "tokens per step" in shown.stdout
@@ -206,3 +208,69 @@ def test_each_call_in_flight_lengthens_a_new_calls_path(tmp_path):
     # first calls: 0..5 in flight -> mean extra 0.25 s; the later calls see fewer in flight
     assert b["ttft_mean_s"] > a["ttft_mean_s"] + 0.1
     assert runs[0.1]["config"]["measured_preset"]["request_overhead_per_stream_s"] == 0.1
+
+
+def test_host_cost_is_the_progress_a_short_call_costs_less_its_own_step():
+    from agentrt.enginebench.host_cost import host_per_call, lost_per_call
+    # two decoding calls, a token every 10 ms; window B (1 s) gave each 80 tokens beside 10 calls:
+    # 200 ms lost, 20 ms per call
+    times = [[0.01 * i for i in range(1, 301)] for _ in range(2)]
+    beside = [[1.0 + 0.0125 * i for i in range(1, 81)] for _ in range(2)]
+    lost = lost_per_call([a[:100] + b for a, b in zip(times, beside)], (0.0, 1.0), (1.0, 2.0), 10)
+    assert lost == pytest.approx(0.020)
+    assert lost_per_call([[0.5], [0.6]], (0.0, 1.0), (1.0, 2.0), 10) is None      # too few tokens to time
+    host, rows = host_per_call([[2, 100.0, 0.004], [4, 200.0, 0.006], [8, 400.0, 0.009]], lambda b, ctx: 0.002)
+    assert host == pytest.approx(0.004) and [r[4] for r in rows] == pytest.approx([0.002, 0.004, 0.007])
+    assert host_per_call([[2, 100.0, 0.001]], lambda b, ctx: 0.002)[0] == 0.0     # never below 0
+    assert host_per_call([], lambda b, ctx: 0.0) == (0.0, [])
+
+
+def test_fit_and_refit_turn_host_points_into_the_presets_host_cost(tmp_path):
+    from agentrt.enginebench.calibrate import PROBE_TOKENS, refit
+    pre = [[n, c, 0.006 + _iteration(n, n * (c + (n + 1) / 2), c + n)] for n in (1, 64, 512) for c in (0, 2048)
+           if not (n == 1 and c)]
+    dec = [[b, b * 512.0, _iteration(b, b * 512.0, b * 512.0)] for b in (1, 8, 32)]
+    n = PROBE_TOKENS
+
+    def own(b, ctx):       # what a short call's prefill adds to a step of the batch
+        return _iteration(b + n, ctx + n * (n + 1) / 2, ctx + n) - _iteration(b, ctx, ctx)
+    hosts = [[b, b * 900.0, 0.003 + own(b, b * 900.0)] for b in (2, 4, 8)]
+    res = fit(pre, dec, None, hosts)
+    assert res["host_per_call_s"] == pytest.approx(0.003, rel=1e-3)
+    assert [round(r[4], 6) for r in res["fit"]["host_points"]] == [0.003] * 3
+    doc = {**_doc(), **res}
+    again = refit(doc, "agentrt calibrate --refit x")
+    assert again["host_per_call_s"] == pytest.approx(0.003, rel=1e-3)
+    pf = parse_preset(doc, "f.json")
+    assert pf.host_per_call_s == pytest.approx(0.003, rel=1e-3)
+    assert "ms of host CPU per call" in dict(describe(pf))["host cost"]
+    assert parse_preset(_doc(), "f.json").host_per_call_s == 0.0       # files measured before it
+    with pytest.raises(AgentrtError, match="host_per_call_s"):
+        parse_preset(_doc(host_per_call_s=-0.001), "f.json")
+
+
+def test_the_engine_waits_for_the_hosts_handling_of_each_call(tmp_path):
+    """`host_per_call_s`: the six calls that arrive together each cost the host half of it before
+    the engine's first step, and every later step waits for the host's handling of the calls
+    that finished; the engine's own compute (`busy_s`) does not change."""
+    from agentrt.bench.runner import BenchOptions, run_policy
+    from agentrt.bench.source import file_source
+    trace = _trace(tmp_path / "t.jsonl")
+    sims = {}
+    for host in (0.0, 0.02):
+        f = tmp_path / f"p{host}.json"
+        f.write_text(json.dumps(_doc(request_overhead_s=0.0, host_per_call_s=host)))
+        opts = BenchOptions(preset_file=str(f), cache_at="schedule")
+        src = file_source(trace)
+        try:
+            sims[host] = run_policy(src, "lru", opts, record_calls=True)
+        finally:
+            src.close()
+    a, b = sims[0.0], sims[0.02]
+    assert b.busy_s == pytest.approx(a.busy_s)
+    first_a = [c["ttft_s"] for c in a.metrics.call_log if c["call"] == 0]
+    first_b = [c["ttft_s"] for c in b.metrics.call_log if c["call"] == 0]
+    # the first calls: six arrivals, half the cost each, before the engine's first step
+    assert first_b == pytest.approx([t + 6 * 0.01 for t in first_a], abs=1e-9)
+    assert b.metrics.summary()["e2e_mean_s"] > a.metrics.summary()["e2e_mean_s"] + 0.05
+    assert a.metrics.summary()["hit_rate"] == b.metrics.summary()["hit_rate"]

@@ -173,6 +173,7 @@ def test_flags_the_run_would_ignore_are_errors(monkeypatch, capsys, tmp_path):
         (["bench", "--workload", "mix", "--router", "agent"], "--router needs --replicas 2 or more"),
         (["bench", "--workload", "mix", "--transfer-gbps", "25"], "--transfer-gbps needs --replicas 2 or more"),
         (["bench", "--workload", "mix", "--scale", "0.5"], "--scale: for --engine vllm only"),
+        (["bench", "--workload", "mix", "--vllm-baseline", "stock"], "--vllm-baseline: for --engine vllm only"),
         (["bench", "--workload", "mix", "--vllm-blocks", "5", "--model-size", "small"],
          "--model-size, --vllm-blocks: for --engine vllm only"),
         (["bench", "--trace", str(trace), "--workflows", "5"], "with --trace they would be ignored"),

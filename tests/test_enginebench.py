@@ -257,6 +257,37 @@ def test_bench_engine_vllm_hosted_in_the_scheduler(tmp_path, tiny_model):
         assert "hosted in the scheduler" in (logs / f"vllm-{name}.log").read_text()
 
 
+@requires_vllm
+@pytest.mark.slow
+def test_bench_engine_vllm_against_stock_vllm_on_the_same_calls(tmp_path, tiny_model):
+    """`--vllm-baseline stock`: vLLM with no agentrt at all runs first on the same calls (no
+    connector built, no agentrt counters), then the policy with agentrt as usual."""
+    trace = tmp_path / "tiny.jsonl"
+    _tiny_trace(trace)
+    out, logs = tmp_path / "res.json", tmp_path / "logs"
+    cmd = [sys.executable, "-m", "agentrt.cli", "bench", "--engine", "vllm", "--trace", str(trace),
+           "--policies", "lru", "--vllm-blocks", "64", "--scale", "0.5", "--json", str(out), "--quiet",
+           "--log-dir", str(logs), "--vllm-baseline", "stock"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["config"]["baseline"] == "stock" and list(doc["results"]) == ["stock", "lru"]
+    stock, lru = doc["results"]["stock"], doc["results"]["lru"]
+    assert stock["errors"] == lru["errors"] == 0 and stock["calls"] == lru["calls"] == 9
+    assert stock["prompt_tokens"] == lru["prompt_tokens"]          # the same calls
+    assert stock["connector"] is None and lru["connector"]["policy"] == "lru"
+    assert "Creating v1 connector" not in (logs / "vllm-stock.log").read_text()
+    assert "Creating v1 connector with name: AgentRTConnector" in (logs / "vllm-lru.log").read_text()
+    # each run's calls with their send times, joined with the runtime's events (call_path.py)
+    from agentrt.enginebench.call_path import join
+    assert len((logs / "calls-stock.jsonl").read_text().splitlines()) == 9
+    paths = join(logs / "calls-lru.jsonl", logs / "connector-lru.jsonl")
+    assert len(paths) == 9
+    for p in paths:
+        assert p.to_engine_s > 0 and p.queued_s >= 0 and p.to_first_s > 0
+        assert p.to_engine_s + p.queued_s + p.to_first_s == pytest.approx(p.ttft_s, abs=1e-6)   # wall clocks: ~1e-7 s
+
+
 def test_engine_bench_options_check_the_integration():
     from agentrt.enginebench.runner import EngineBenchOptions
     from agentrt.errors import AgentrtError
@@ -265,3 +296,6 @@ def test_engine_bench_options_check_the_integration():
         EngineBenchOptions(integration="plugin")
     with pytest.raises(AgentrtError, match="--host-blocks needs --vllm-integration connector"):
         EngineBenchOptions(integration="scheduler", host_blocks=64)
+    assert EngineBenchOptions(baseline="stock").baseline == "stock"
+    with pytest.raises(AgentrtError, match="--vllm-baseline must be one of lru, stock, none"):
+        EngineBenchOptions(baseline="vllm")

@@ -94,6 +94,9 @@ def test_runs_put_stock_vllm_first_and_label_scheduled_ones():
     assert plan_runs(["pbkv-lae"], "fcfs") == [("lru", "lru", "fcfs"), ("pbkv-lae", "pbkv-lae", "fcfs")]
     assert plan_runs(["lru", "pbkv-lae"], "agent") == [
         ("lru", "lru", "fcfs"), ("lru+agent", "lru", "agent"), ("pbkv-lae+agent", "pbkv-lae", "agent")]
+    # --vllm-baseline stock: vLLM with no agentrt runs first, even beside lru; none: no baseline run
+    assert plan_runs(["lru"], "fcfs", "stock") == [("stock", "stock", "fcfs"), ("lru", "lru", "fcfs")]
+    assert plan_runs(["pbkv-lae"], "fcfs", "none") == [("pbkv-lae", "pbkv-lae", "fcfs")]
 
 
 def test_fair_has_the_connector_share_the_pool_with_its_weights():

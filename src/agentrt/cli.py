@@ -121,6 +121,7 @@ def bench(
     live_outputs: bool = typer.Option(True, "--live-outputs/--no-live-outputs", help="[vllm] a later prompt that carries an earlier answer (the trace's output_hash_ids) sends the tokens the engine generated, as an agent does (off: generated stand-ins, never a hit)", rich_help_panel="Live vLLM (--engine vllm)"),
     engine_iterations: bool = typer.Option(False, "--engine-iterations", help="[vllm] vLLM logs every iteration (--enable-logging-iteration-details) and each result gets engine_iterations: the engine's compute time against the makespan, decode steps by batch size (a diagnostic: the logging costs the API server a little)", rich_help_panel="Live vLLM (--engine vllm)"),
     vllm_integration: str = typer.Option("connector", "--vllm-integration", help="[vllm] how agentrt enters vLLM: connector (its KV connector, --kv-transfer-config; needed for --host-blocks) or scheduler (vLLM's --scheduler-cls: no KV connector configured, so vLLM runs its stock paths; agentrt's metrics not on vLLM's /metrics)", rich_help_panel="Live vLLM (--engine vllm)"),
+    vllm_baseline: str = typer.Option("lru", "--vllm-baseline", help="[vllm] the run before the policies': lru (agentrt with lru: vLLM's own order through the same hooks), stock (vLLM with no agentrt at all: what a user compares against) or none", rich_help_panel="Live vLLM (--engine vllm)"),
     vllm_own_priority: bool = typer.Option(False, "--vllm-own-priority", help="[vllm] leave vLLM's engine core at its own CPU priority (default: nice 19, so that on a small CPU host its busy loop does not starve the client that measures it)", rich_help_panel="Live vLLM (--engine vllm)"),
 ) -> None:
     """Replay a trace under several policies and print hit rates, TTFT percentiles, end-to-end latency and throughput."""
@@ -133,7 +134,8 @@ def bench(
                                    ("--no-live-outputs", not live_outputs),
                                    ("--engine-iterations", engine_iterations),
                                    ("--vllm-own-priority", vllm_own_priority),
-                                   ("--vllm-integration", vllm_integration != "connector")) if given]
+                                   ("--vllm-integration", vllm_integration != "connector"),
+                                   ("--vllm-baseline", vllm_baseline != "lru")) if given]
         if live:
             raise AgentrtError(f"{', '.join(live)}: for --engine vllm only (the simulator would ignore them)")
     spec = bench_spec(trace=trace, workload=workload, policies=policies, engine=engine,
@@ -151,7 +153,8 @@ def bench(
                       safety_net=safety_net)
     if engine == "vllm":
         doc = _bench_vllm(spec, quiet, model_size, vllm_blocks, scale, think_scale, max_calls, log_dir,
-                          tenant_shares, live_outputs, engine_iterations, vllm_own_priority, vllm_integration)
+                          tenant_shares, live_outputs, engine_iterations, vllm_own_priority, vllm_integration,
+                          vllm_baseline)
     else:
         with _progress(quiet) as prog:
             doc = spec.run(progress=_factory(prog))
@@ -162,7 +165,8 @@ def bench(
 def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: float,
                 think_scale: float, max_calls: int | None, log_dir: Path | None,
                 tenant_shares: bool = True, live_outputs: bool = True, engine_iterations: bool = False,
-                vllm_own_priority: bool = False, vllm_integration: str = "connector") -> dict:
+                vllm_own_priority: bool = False, vllm_integration: str = "connector",
+                vllm_baseline: str = "lru") -> dict:
     """`bench --engine vllm`: see agentrt.enginebench.runner. With a scheduler other than fcfs,
     stock vLLM (lru, fcfs) runs first and every policy then runs under the scheduler, through
     `agentrt serve --scheduler` in front of vLLM (its admission gate)."""
@@ -189,7 +193,7 @@ def _bench_vllm(spec, quiet: bool, model_size: str, vllm_blocks: int, scale: flo
                               live_outputs=live_outputs, preset_file=o.preset_file,
                               engine_iterations=engine_iterations,
                               engine_core_nice=None if vllm_own_priority else ENGINE_CORE_NICE,
-                              integration=vllm_integration)
+                              integration=vllm_integration, baseline=vllm_baseline)
     source, owned = spec.open_source()
     try:
         with _progress(quiet) as prog:

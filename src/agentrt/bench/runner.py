@@ -126,7 +126,8 @@ def engine_config(opts: BenchOptions, block_size: int) -> EngineConfig:
                             host_blocks=opts.host_blocks, max_batch_tokens=pf.max_batch_tokens,
                             max_running=pf.max_running, cache_at=opts.cache_at,
                             request_overhead_s=pf.request_overhead_s,
-                            request_overhead_per_stream_s=pf.request_overhead_per_stream_s)
+                            request_overhead_per_stream_s=pf.request_overhead_per_stream_s,
+                            host_per_call_s=pf.host_per_call_s)
     return EngineConfig(preset=get_preset(opts.preset), block_size=block_size,
                         gpu_blocks=opts.gpu_blocks, host_blocks=opts.host_blocks,
                         max_batch_tokens=opts.max_batch_tokens, max_running=opts.max_running,
@@ -180,7 +181,8 @@ def make_trained_policy(name: str, source: TraceSource, opts: BenchOptions):
 
 
 def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream: bool = False,
-               progress: Callable[[int], None] | None = None) -> Simulator:
+               progress: Callable[[int], None] | None = None, record_calls: bool = False) -> Simulator:
+    """One policy's replay (`record_calls`: keep each call's times, `sim.metrics.call_log`)."""
     cfg = engine_config(opts, source.header.block_size)
     policy = make_trained_policy(name, source, opts)
     conc = replay_concurrency(opts.concurrency, source)
@@ -188,7 +190,7 @@ def run_policy(source: TraceSource, name: str, opts: BenchOptions, record_stream
                     record_stream=record_stream, progress=progress, time_scale=opts.time_scale,
                     scheduler=make_bench_scheduler(opts), tool_hints=make_tool_hints(opts),
                     retain=make_retain_hints(opts),
-                    safety_net=opts.safety_net)
+                    safety_net=opts.safety_net, record_calls=record_calls)
     sim.run()
     return sim
 
@@ -354,7 +356,8 @@ def run_bench(source: TraceSource, policies: list[str], opts: BenchOptions,
         config.update(preset=pf.preset.name, max_batch_tokens=cfg.max_batch_tokens,
                       max_running=cfg.max_running,
                       measured_preset={k: pf.doc[k] for k in ("name", "command", "engine", "costs",
-                                                              "request_overhead_s", "request_overhead_per_stream_s")
+                                                              "request_overhead_s", "request_overhead_per_stream_s",
+                                                              "host_per_call_s")
                                     if k in pf.doc})
     return {"schema_version": SCHEMA_VERSION, "trace": source.label, "calls": first.calls, "workflows": first.workflows,
             "config": config, "results": ordered,

@@ -44,6 +44,9 @@ def merge_metrics(parts: list[Metrics]) -> Metrics:
                 out.last_finish = max(out.last_finish, v)
             elif k == "wall_seconds":
                 out.wall_seconds = max(out.wall_seconds, v)
+            elif k == "call_log":
+                if v is not None:
+                    out.call_log = (out.call_log or []) + v
             else:
                 setattr(out, k, getattr(out, k) + v)
     return out

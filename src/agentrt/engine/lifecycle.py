@@ -60,6 +60,7 @@ class RequestLifecycle:
                            output_length=c.output_length, block_size=bs, signal=c.signal,
                            agent_explicit=c.agent is not None)
         r = Request(info, c, t)
+        r.reached = now
         m = self.metrics
         if m.first_arrival is None or t < m.first_arrival:
             m.first_arrival = t
@@ -130,6 +131,11 @@ class RequestLifecycle:
         r.state = DONE
         info = r.info
         m = self.metrics
+        if m.call_log is not None and r.call is not None and not info.warmup:
+            m.call_log.append({"workflow": r.call.workflow, "call": r.call.call, "sent": r.arrival,
+                               "to_engine_s": r.reached - r.arrival, "ttft_s": r.first_token_at - r.arrival,
+                               "latency_s": now - r.arrival, "prompt_tokens": info.input_length,
+                               "cached_tokens": r.hit_tokens})
         lease = r.lease
         node = None
         if lease is not None:

@@ -94,6 +94,7 @@ class Metrics:
     tpot: list[float] = field(default_factory=list)   # per user call of > 1 output token
     queue_wait: list[float] = field(default_factory=list)   # arrival to first admission, per user call
     tenants: dict = field(default_factory=dict)   # tenant -> TenantStats
+    call_log: list | None = None    # one dict per finished user call, when asked for (Simulator(record_calls))
 
     def tenant(self, name: str) -> "TenantStats":
         t = self.tenants.get(name)

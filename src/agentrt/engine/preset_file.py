@@ -49,6 +49,7 @@ class PresetFile:
     request_overhead_s: float    # a request's path to the engine (simulated as an arrival delay)
     doc: dict                    # the whole file, as read (recorded in bench JSON)
     request_overhead_per_stream_s: float = 0.0   # ... longer by this per call in flight
+    host_per_call_s: float = 0.0                 # host CPU per call that the engine does not step in
 
 
 def _field(doc: dict, path: str, where: str, kind, minimum: float | None = 0, required: bool = True):
@@ -100,7 +101,8 @@ def parse_preset(doc: object, where: str) -> PresetFile:
                       _field(doc, "engine.max_num_batched_tokens", where, int, 1),
                       _field(doc, "engine.max_num_seqs", where, int, 1), cache_at,
                       _field(doc, "request_overhead_s", where, float, required=False) or 0.0, doc,
-                      _field(doc, "request_overhead_per_stream_s", where, float, required=False) or 0.0)
+                      _field(doc, "request_overhead_per_stream_s", where, float, required=False) or 0.0,
+                      _field(doc, "host_per_call_s", where, float, required=False) or 0.0)
 
 
 def load_preset_file(path: str | Path) -> PresetFile:
@@ -145,6 +147,9 @@ def describe(pf: PresetFile) -> list[tuple[str, str]]:
                                          f"(the simulator delays arrivals by it)"
                                          + (f", + {d['request_overhead_per_stream_s'] * 1e3:.2f} ms per call in flight"
                                             if d.get("request_overhead_per_stream_s") else "")))
+    if d.get("host_per_call_s") is not None:
+        rows.append(("host cost", f"{d['host_per_call_s'] * 1e3:.2f} ms of host CPU per call in which the engine "
+                                  f"does not step (the simulator charges half at arrival, half at finish)"))
     fit = d.get("fit") or {}
     for part in ("prefill", "decode"):
         if f"{part}_mape" in fit:

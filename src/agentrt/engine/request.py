@@ -27,7 +27,7 @@ class Request:
     __slots__ = ("info", "call", "arrival", "lease", "state", "ready_at", "prefill_left",
                  "context", "output_left", "oversize", "hit_tokens", "prompt_len", "hash_ids",
                  "n_full", "out_start", "extra_blocks", "total_blocks", "preemptions", "computed",
-                 "ttft_done", "first_token_at")
+                 "ttft_done", "first_token_at", "reached")
 
     def __init__(self, info: "CallInfo", call: "Call | None", arrival: float) -> None:
         bs = info.block_size
@@ -52,6 +52,7 @@ class Request:
         self.computed = 0                # tokens in its KV when it was last preempted
         self.ttft_done = False
         self.first_token_at = arrival     # set when its first token is out (TPOT from then)
+        self.reached = arrival            # when it joined the engine's queue (after its request path)
 
     def _extra(self, bs: int) -> int:
         """Blocks beyond the full prompt blocks that admission reserves: the partial block and

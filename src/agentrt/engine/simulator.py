@@ -25,6 +25,10 @@ Model (vLLM V1 / SGLang style)
   takes the blocks it crosses into at its start and ends before any step that would preempt.
 - A request that cannot fit in the whole GPU pool (prompt and output) is served without the
   cache (`oversize_calls`).
+- A measured engine whose processes share the host's cores (`host_per_call_s`, from `agentrt
+  calibrate`) does not step while the host handles a call: half of that cost when a call
+  reaches the engine, half when it finishes, queued one after another on the host; the next
+  iteration starts when the host is done (its wall time includes the wait; `busy_s` does not).
 `Simulator` runs the loop and owns the clock, the waiting and running requests and the cache;
 it hands the rest to parts it owns, each given what it reads and the time: `admission`
 (`admission.py`), `lifecycle` (arrival, prefill completion, finish: `lifecycle.py`), `batch` (an
@@ -88,6 +92,7 @@ class EngineConfig:
     cache_at: str = "prefill"          # when computed prompt blocks become hits: CACHE_AT
     request_overhead_s: float = 0.0    # issue -> engine: an API server's path (a measured engine's)
     request_overhead_per_stream_s: float = 0.0   # ... plus this per call in flight (DelayedArrivals)
+    host_per_call_s: float = 0.0       # host CPU per call the engine waits for (a measured engine's; see step)
 
     def __post_init__(self) -> None:
         if self.cache_at not in CACHE_AT:
@@ -113,7 +118,7 @@ class Simulator:
                  progress: Callable[[int], None] | None = None,
                  scheduler: Scheduler | None = None, arrivals: WorkflowReplay | None = None,
                  tool_hints: ToolHints | None = None, retain: RetainHints | None = None,
-                 safety_net=True) -> None:
+                 safety_net=True, record_calls: bool = False) -> None:
         """`arrivals` replaces the replay of `calls` (then ignored) with another source of the same
         interface (`pop_arrivals`, `next_arrival`, `finish`, `late_arrivals`): a cluster's feed.
         `tool_hints`: the framework announces each tool wait's expected duration (`tool_hints.py`);
@@ -121,7 +126,9 @@ class Simulator:
         sends kv.retain for a call's context when it ends in a tool call (`RetainHints`): the
         policy is wrapped in the retention floor (`runtime/floor.py`), as vLLM's connector does.
         `safety_net`: the runtime's LRU safety net (True, False or a `NetConfig`; ignored when
-        `policy` is a runtime already built)."""
+        `policy` is a runtime already built). `record_calls`: `metrics.call_log` keeps each user
+        call's issue time, request path, TTFT and latency (`enginebench/call_path.py` compares
+        them with a live run's)."""
         self.config = config
         self.sched = scheduler if scheduler is not None else Scheduler()
         if getattr(self.sched, "kv_shares", False) and not isinstance(policy, AgentRuntime):
@@ -145,7 +152,7 @@ class Simulator:
         self.replay = arrivals if arrivals is not None else WorkflowReplay(calls, concurrency, time_scale)
         if (config.request_overhead_s > 0 or config.request_overhead_per_stream_s > 0) and arrivals is None:
             self.replay = DelayedArrivals(self.replay, config.request_overhead_s, config.request_overhead_per_stream_s)
-        self.metrics = Metrics()
+        self.metrics = Metrics(call_log=[] if record_calls else None)
         self.records = Records(stream=[], holds=[], admitted=[]) if record_stream else Records()
         self.now = 0.0
         # both lists are changed in place only: the parts below and the queue view hold them
@@ -158,6 +165,8 @@ class Simulator:
         self._last_iter_s = 0.0
         self._park_until = 0.0
         self.busy_s = 0.0                # simulated seconds spent in iterations
+        self._host_half = config.host_per_call_s / 2.0
+        self._host_free_at = 0.0         # when the host is done with the calls' handling so far
         # a time before which no outside event can reach this replica (None: only its arrivals);
         # a cluster sets it so that a decode stretch stops where another replica may route a call
         self.horizon: float | None = None
@@ -283,8 +292,11 @@ class Simulator:
         cluster (`agentrt.cluster`) steps its replicas in time order and feeds their arrivals."""
         now = self.now
         lifecycle = self.lifecycle
-        for t, c in self.replay.pop_arrivals(now):
+        arrived = self.replay.pop_arrivals(now)
+        for t, c in arrived:
             lifecycle.arrive(t, c, now)
+        if self._host_half and arrived:
+            self._host_free_at = max(self._host_free_at, now) + self._host_half * len(arrived)
         running = self.running
         if not running and not self.waiting:
             return IDLE
@@ -356,17 +368,18 @@ class Simulator:
                 for t in (self.horizon, loading_until, gate.wake_at):
                     if t is not None and (limit is None or t < limit):
                         limit = t
-                end = self.fast_forward.run(decode, ctx, k - 1, now, float("inf") if limit is None else limit)
+                start = now + self._host_wait(now)
+                end = self.fast_forward.run(decode, ctx, k - 1, start, float("inf") if limit is None else limit)
                 if end is not None:
                     self._last_decode_only = True
-                    self._last_iter_s = end - now
-                    self.busy_s += end - now
+                    self._last_iter_s = end - start
+                    self.busy_s += end - start
                     self.now = end
                     return RAN
         dur = self.cost.iteration(tokens, pairs, kv, plan.prefill_context)
-        end = now + dur
-        self.now = end
         self.busy_s += dur
+        end = now + self._host_wait(now) + dur
+        self.now = end
         self._last_decode_only = not chunks
         self._last_iter_s = dur
         for r, n in chunks:
@@ -380,5 +393,12 @@ class Simulator:
             if r.output_left == 0:
                 lifecycle.finish(r, end)
         if running and any(r.state == DONE for r in running):
+            if self._host_half:
+                done = sum(1 for r in running if r.state == DONE and not r.info.warmup)
+                self._host_free_at = max(self._host_free_at, end) + self._host_half * done
             running[:] = [r for r in running if r.state != DONE]
         return RAN
+
+    def _host_wait(self, now: float) -> float:
+        """How long an iteration that could start at `now` waits for the host (`host_per_call_s`)."""
+        return max(0.0, self._host_free_at - now) if self._host_half else 0.0

@@ -18,6 +18,8 @@ Measured on a fresh local server (stock vLLM: no connector), one request shape a
   after another: their time to first token less half a step (the step under way) and their own
   step is the request path with `batch` calls streaming; its growth per streaming call is
   `request_overhead_per_stream_s` (least squares through the idle path).
+- host: what a call's handling on the host costs the engine's progress (`host_cost.py`: a
+  decode batch timed alone and beside a stream of short calls; `host_per_call_s`).
 The terms are fitted by non-negative least squares on relative error, with the request path as
 one more unknown for the prefill points; `fit` keeps every point with its prediction, so
 `refit` can fit a stored preset's points again under this model (`agentrt calibrate --refit`). The
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agentrt.enginebench.host_cost import host_points
 from agentrt.local.engine_nice import ENGINE_CORE_NICE
 
 DECODE_TOKENS = 64
@@ -221,9 +224,11 @@ def cost_row(batch: float = 0, ctx: float = 0, new: int = 0, cached: int = 0, re
     return [1.0, batch + new, ctx + new * (cached + (new + 1) / 2.0), ctx + cached + new, request, cached]
 
 
-def fit(prefill: list[list[float]], decode: list[list[float]], streams: list[list[float]] | None = None) -> dict:
+def fit(prefill: list[list[float]], decode: list[list[float]], streams: list[list[float]] | None = None,
+        hosts: list[list[float]] | None = None) -> dict:
     """Fitted costs, the request path, and each point's prediction and error; with `streams`
-    (`decode_points`' probes) also the path's growth per call streaming (`stream_path`)."""
+    (`decode_points`' probes) also the path's growth per call streaming (`stream_path`); with
+    `hosts` (`host_cost.host_points`) the host's cost per call (`host_per_call_s`)."""
     rows, ys = [], []
     for new, cached, t in prefill:
         rows.append(cost_row(new=new, cached=cached, request=1.0))
@@ -250,6 +255,15 @@ def fit(prefill: list[list[float]], decode: list[list[float]], streams: list[lis
                               "its path (ttft less half a step and its own step), predicted path"}}
     if streams:
         res["request_overhead_per_stream_s"] = stream_path(x, streams, res["fit"])
+    if hosts:
+        from agentrt.enginebench.host_cost import host_per_call
+
+        def extra_step(batch: float, ctx: float) -> float:
+            return float(np.dot(cost_row(batch=batch, ctx=ctx, new=PROBE_TOKENS), x)
+                         - np.dot(cost_row(batch=batch, ctx=ctx), x))
+        res["host_per_call_s"], res["fit"]["host_points"] = host_per_call(hosts, extra_step)
+        res["fit"]["columns"] += ("; host: batch, total context, its progress lost per short call s, "
+                                  "the short call's own step cost s, host cost s")
     return res
 
 
@@ -275,9 +289,10 @@ def refit(doc: dict, command: str) -> dict:
     pre = [p[:3] for p in pts.get("prefill_points") or ()]
     dec = [p[:3] for p in pts.get("decode_points") or ()]
     streams = [p[:3] for p in pts.get("stream_points") or ()]
+    hosts = [p[:3] for p in pts.get("host_points") or ()]
     if not pre or not dec:
         raise ValueError("the preset stores no measured points (fit.prefill_points and fit.decode_points)")
-    return {**doc, **fit(pre, dec, streams or None), "refit_command": command}
+    return {**doc, **fit(pre, dec, streams or None, hosts or None), "refit_command": command}
 
 
 def model_spec(model_dir: str, dtype_bytes: int = 4) -> dict:
@@ -318,10 +333,11 @@ def calibrate_vllm(model_size: str = "tiny", vllm_blocks: int = 256, block_size:
         pre = prefill_points(probe, limits, max_len, repeats, say)
         streams: list[list[float]] = []
         dec = decode_points(probe, limits, pool, say, streams)
+        hosts = host_points(probe, say, pool)
     finally:
         probe.close()
         srv.stop()
-    res = fit(pre, dec, streams or None)
+    res = fit(pre, dec, streams or None, hosts or None)
     return {"format": FORMAT, "name": f"vllm-cpu-{model_size}-{vllm_blocks}x{block_size}",
             "command": command, "measured_s": round(time.time() - t0, 1),
             "engine": {"kind": "vllm", "version": vllm_version(), "device": "cpu", "block_size": block_size,

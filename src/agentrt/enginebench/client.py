@@ -11,7 +11,8 @@
   cached tokens from the response's usage, and its stream's stalls: the waits longer than
   `SLOW_GAP_S` between two streamed chunks after the first (how many, how long in all), the
   client's side of vLLM's inter-token histogram (`summary.token_stalls`). Per workflow: first
-  issue -> last finish.
+  issue -> last finish. `write_calls` keeps each call's record with its wall-clock send time,
+  which joins it with the engine's own logs (`agentrt.enginebench.call_path`).
 - Live answers: with the renderer's `live_outputs` each request asks for its generated token ids
   (`return_token_ids`), and a finished call's answer is handed to the renderer, so later prompts
   that carry it (the trace's `output_hash_ids`) send the tokens the engine generated.
@@ -57,6 +58,7 @@ class CallResult:
     tenant: str = "default"
     generated: list[int] | None = None     # the answer's token ids (live answers only; dropped once used)
     sent_at: float | None = None           # perf_counter() when the request was sent
+    sent_wall: float | None = None         # time.time() then (to join with the engine's own logs)
     stalls: int = 0                        # waits > SLOW_GAP_S between streamed chunks
     stalled_s: float = 0.0                 # their total
 
@@ -72,6 +74,17 @@ class ReplayResult:
     @property
     def errors(self) -> int:
         return sum(1 for c in self.calls if c.error)
+
+
+CALL_FIELDS = ("workflow", "call", "tenant", "sent_wall", "ttft_s", "latency_s", "prompt_tokens",
+               "cached_tokens", "output_tokens", "error")
+
+
+def write_calls(path, calls: list[CallResult]) -> None:
+    """One JSON line per call (`CALL_FIELDS`), in the order they finished."""
+    with open(path, "w") as f:
+        for r in calls:
+            f.write(json.dumps({k: getattr(r, k) for k in CALL_FIELDS}) + "\n")
 
 
 def tool_calls(calls: list[Call]) -> dict[tuple[str, int], float]:
@@ -119,6 +132,7 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt:
         body["kv_transfer_params"] = {"kv_hints": envelope(
             agentrt_actions(tool_call=True, expected_s=expected_s), f"{c.workflow}/{c.call}")}
     t0 = time.perf_counter()
+    wall = time.time()
     ttft = None
     usage = None
     last = None
@@ -150,13 +164,14 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, c: Call, prompt:
                     usage = msg["usage"]
     except (httpx.HTTPError, RuntimeError, json.JSONDecodeError) as e:
         return CallResult(c.workflow, c.call, len(prompt), 0, 0, None,
-                          time.perf_counter() - t0, error=repr(e)[:300], tenant=c.tenant, sent_at=t0)
+                          time.perf_counter() - t0, error=repr(e)[:300], tenant=c.tenant, sent_at=t0,
+                          sent_wall=wall)
     lat = time.perf_counter() - t0
     usage = usage or {}
     details = usage.get("prompt_tokens_details") or {}
     return CallResult(c.workflow, c.call, int(usage.get("prompt_tokens", len(prompt))),
                       int(details.get("cached_tokens") or 0), int(usage.get("completion_tokens", 0)),
-                      ttft, lat, tenant=c.tenant, generated=generated, sent_at=t0,
+                      ttft, lat, tenant=c.tenant, generated=generated, sent_at=t0, sent_wall=wall,
                       stalls=stalls, stalled_s=stalled)
 
 

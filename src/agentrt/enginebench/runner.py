@@ -39,7 +39,7 @@ from agentrt.bench.runner import BenchOptions, plan_split, replay_concurrency
 from agentrt.bench.source import TraceSource
 from agentrt.engine.tool_hints import ToolHints
 from agentrt.enginebench import iterations, prom
-from agentrt.enginebench.client import ReplayResult, replay
+from agentrt.enginebench.client import ReplayResult, replay, write_calls
 from agentrt.enginebench.front import ServeFront
 from agentrt.enginebench.render import Renderer
 from agentrt.enginebench.summary import connector_stats, summarize
@@ -95,7 +95,7 @@ class EngineBenchOptions:
             raise AgentrtError(f"--max-calls must be > 0, got {self.max_calls}")
         positive(self.tool_hints, "tool_hints", cli=True, allow_zero=True)
         if self.baseline not in BASELINES:
-            raise AgentrtError(f"baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}")
+            raise AgentrtError(f"--vllm-baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}")
         if self.integration not in INTEGRATIONS:
             raise AgentrtError(f"--vllm-integration must be one of {', '.join(INTEGRATIONS)}, got {self.integration!r}")
         if self.integration == "scheduler" and self.host_blocks:
@@ -268,6 +268,8 @@ def run_engine_bench(source: TraceSource, policies: list[str], opts: EngineBench
                 if front is not None:
                     front.stop()
                 srv.stop()
+            if opts.log_dir is not None:
+                write_calls(log_dir / f"calls-{label}.jsonl", res.calls)
             r = results[label] = summarize(res, before, after, connector_stats(ev_path))
             if opts.engine_iterations:
                 it = r["engine_iterations"] = iterations.from_log(log_dir / f"vllm-{label}.log", r["makespan_s"])
