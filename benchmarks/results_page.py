@@ -272,8 +272,9 @@ def fidelity() -> str:
     for f in docs:
         doc = json.loads(f.read_text())
         name = f.stem.removeprefix('fidelity-')
-        if (doc.get("settings", {}).get("preset") or {}).get("host_per_call_s") is not None:
-            hosted.append(f"{name} ({doc['settings']['preset']['host_per_call_s'] * 1e3:.1f} ms)")
+        host = (doc.get("settings", {}).get("preset") or {}).get("host_per_call_s")
+        if host is not None:
+            hosted.append(f"{name} ({host * 1e3:.1f} ms)")
         disorder += [f"{name}: {pair}" for pair in doc.get("order_disagreements") or ()]
         for pol, x in doc["policies"].items():
             rows.append(f"| {name} | {pol} | {pct(x['live_hit'])} | {pct(x['sim_hit'])} | "

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agentrt.enginebench.host_cost import host_points
+from agentrt.enginebench.host_cost import host_per_call, host_points
 from agentrt.local.engine_nice import ENGINE_CORE_NICE
 
 DECODE_TOKENS = 64
@@ -256,8 +256,6 @@ def fit(prefill: list[list[float]], decode: list[list[float]], streams: list[lis
     if streams:
         res["request_overhead_per_stream_s"] = stream_path(x, streams, res["fit"])
     if hosts:
-        from agentrt.enginebench.host_cost import host_per_call
-
         def extra_step(batch: float, ctx: float) -> float:
             return float(np.dot(cost_row(batch=batch, ctx=ctx, new=PROBE_TOKENS), x)
                          - np.dot(cost_row(batch=batch, ctx=ctx), x))

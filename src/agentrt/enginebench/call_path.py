@@ -35,6 +35,10 @@ BUCKETS = ((0, 0), (1, 2), (3, 5), (6, 10), (11, 1 << 30))   # calls in flight a
 BURST_S = 0.005     # a call sent this soon after another one is part of a burst (fan-out, start)
 
 
+def _bucket_name(lo: int, hi: int) -> str:
+    return f"{lo}" if lo == hi else f"{lo}+" if hi >= 1 << 30 else f"{lo}-{hi}"
+
+
 @dataclass(slots=True)
 class CallPath:
     workflow: str
@@ -100,7 +104,7 @@ def summary(paths: list[CallPath]) -> dict:
     for lo, hi in BUCKETS:
         ps = [p for p in paths if lo <= p.in_flight <= hi]
         if ps:
-            out["by_in_flight"][f"{lo}" if lo == hi else f"{lo}+" if hi >= 1 << 30 else f"{lo}-{hi}"] = means(ps)
+            out["by_in_flight"][_bucket_name(lo, hi)] = means(ps)
     return out
 
 
@@ -138,8 +142,7 @@ def side_by_side(live: list[CallPath], sim: list[dict]) -> list[dict]:
     pairs = [(p, by_key[(p.workflow, p.call)]) for p in live if (p.workflow, p.call) in by_key]
     groups = [("all", pairs), ("sent alone", [(p, c) for p, c in pairs if not p.burst]),
               ("in a burst", [(p, c) for p, c in pairs if p.burst])]
-    groups += [(f"{lo}" if lo == hi else f"{lo}+" if hi >= 1 << 30 else f"{lo}-{hi}",
-                [(p, c) for p, c in pairs if lo <= p.in_flight <= hi]) for lo, hi in BUCKETS]
+    groups += [(_bucket_name(lo, hi), [(p, c) for p, c in pairs if lo <= p.in_flight <= hi]) for lo, hi in BUCKETS]
     rows = []
     for name, ps in groups:
         if not ps:
