@@ -5,10 +5,12 @@
     python -m benchmarks.fidelity --docs-only          # re-render docs/notes/results-details.md from the stored JSONs
     python -m benchmarks.fidelity ... --work-dir DIR --resimulate --preset-file P   # new preset, same live runs
 
-Calibrates the local vLLM first (`agentrt calibrate`, about 5 minutes) unless `--preset-file` is
+Calibrates the local vLLM first (`agentrt calibrate`, about 2 minutes) unless `--preset-file` is
 given, then runs `agentrt bench --engine vllm` `--runs` times (live answers on; stock vLLM
-always first) and `agentrt bench --preset-file` once on the calls the first live run sent
-(`replayed-engine.jsonl`), and writes `agentrt.enginebench.fidelity.compare`'s JSON:
+always first), calibrates again (the machine drifts; `--no-calibrate-after` skips it,
+`--preset-after` gives the second preset) and runs `agentrt bench --preset-file` on the calls
+the first live run sent (`replayed-engine.jsonl`) with each preset (each simulator figure is the
+mean of the two, both kept: `agentrt.enginebench.fidelity.bracket`), and writes `agentrt.enginebench.fidelity.compare`'s JSON:
 {"policies": {"lru": {"live_hit", "sim_hit", "live_ttft_mean_s", "sim_ttft_mean_s",
 "live_e2e_mean_s", "sim_e2e_mean_s", ... ranges and ratios}}, "settings": ...}. The table
 between the `fidelity` markers of docs/notes/results-details.md shows every stored fidelity-*.json.
@@ -26,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentrt.enginebench.fidelity import compare, order_agrees
+from agentrt.enginebench.fidelity import bracket, compare, order_agrees
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results" / "engine"
@@ -57,6 +59,20 @@ def work_and_preset(a, name: str, *calibrate: str) -> tuple[Path, Path]:
     return work, preset
 
 
+def preset_after(a, work: Path) -> Path | None:
+    """The preset calibrated after the live runs: measured now when this run calibrated before
+    them (no `--preset-file`, no `--resimulate`, no `--no-calibrate-after`), else
+    `--preset-after`, else none (the simulator figures are then the one preset's)."""
+    if a.preset_after:
+        return Path(a.preset_after)
+    if a.preset_file or a.resimulate or a.no_calibrate_after:
+        return None
+    out = work / "preset-after.json"
+    agentrt("calibrate", "--engine", "vllm", *(["--vllm-own-priority"] if a.vllm_own_priority else []),
+            "--vllm-blocks", str(a.vllm_blocks), "-o", str(out))
+    return out
+
+
 def run(a) -> dict:
     t0 = time.time()
     work, preset = work_and_preset(a, "fidelity", *(["--vllm-own-priority"] if a.vllm_own_priority else []))
@@ -82,25 +98,30 @@ def run(a) -> dict:
         else:
             agentrt(*live_args, "--json", str(out), "--log-dir", str(work / f"run{i}"))
         live.append(json.loads(out.read_text()))
+    after = preset_after(a, work)
     engine_trace = work / "run0" / "replayed-engine.jsonl"
     conc = live[0]["config"]["concurrency"]
-    sim_out = work / (f"sim-{preset.stem}.json" if a.resimulate else "sim.json")
-    # the live pool: vLLM's blocks less its null block, in the engine trace's blocks (the same size)
-    sim_args = ["bench", "--trace", str(engine_trace), "--preset-file", str(preset), "--policies", a.policies,
+
+    def simulate(p: Path, name: str) -> dict:
+        out = work / (f"sim-{p.stem}.json" if a.resimulate else name)
+        # the live pool: vLLM's blocks less its null block, in the engine trace's blocks (the same size)
+        args = ["bench", "--trace", str(engine_trace), "--preset-file", str(p), "--policies", a.policies,
                 "--gpu-blocks", str(a.vllm_blocks - 1), "--scheduler", a.scheduler, "--train-fraction", "0",
-                "--quiet", "--json", str(sim_out)]
-    if conc:
-        sim_args += ["--concurrency", str(conc)]
-    agentrt(*sim_args)
-    sim = json.loads(sim_out.read_text())
+                "--quiet", "--json", str(out)]
+        agentrt(*args, *(["--concurrency", str(conc)] if conc else []))
+        return json.loads(out.read_text())
+
     names = a.policies.split(",")
-    doc = compare(live, sim, names, a.scheduler)
+    doc = compare(live, simulate(preset, "sim.json"), names, a.scheduler)
+    if after is not None:
+        doc = bracket(doc, compare(live, simulate(after, "sim-after.json"), names, a.scheduler))
     doc["order_disagreements"] = order_agrees(doc["policies"])
     doc["settings"] = {"source": " ".join(source_args(a)), "runs": a.runs, "policies": names,
                        "scheduler": a.scheduler, "vllm_blocks": a.vllm_blocks, "scale": a.scale,
                        "think_scale": a.think_scale, "concurrency": conc, "calls": live[0]["calls"],
                        "vllm_integration": live[0]["config"].get("integration", "connector"),
                        "preset": json.loads(preset.read_text()),
+                       "preset_after": json.loads(after.read_text()) if after is not None else None,
                        "command": "python -m benchmarks.fidelity " + " ".join(sys.argv[1:]),
                        "live_runs_from": str(work) if a.resimulate else None,
                        "seconds": round(time.time() - t0)}
@@ -119,13 +140,17 @@ def markdown(docs: dict[str, dict]) -> str:
     lines = ["| trace | policy | live hit % (range) | sim hit % | live TTFT mean s (range) | sim | "
              "live TTFT p90 s | sim | live E2E mean s (range) | sim | output blocks reused live |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    def sim(f: dict, short: str, digits: int) -> str:
+        """The simulator's figure, with the two calibrations' (before, after) where it has both."""
+        v, b, a = f[f"sim_{short}"], f.get(f"sim_{short}_before"), f.get(f"sim_{short}_after")
+        return f"{v:.{digits}f}" + (f" ({b:.{digits}f}, {a:.{digits}f})" if b is not None and a is not None else "")
     for name, d in docs.items():
         for pol, f in d["policies"].items():
             lines.append(
                 f"| {name} | {pol} | {pct(f['live_hit'])} ({rng(f['live_hit_range'], 100, 1)}) | {pct(f['sim_hit'])} "
-                f"| {f['live_ttft_mean_s']:.2f} ({rng(f['live_ttft_mean_s_range'])}) | {f['sim_ttft_mean_s']:.2f} "
+                f"| {f['live_ttft_mean_s']:.2f} ({rng(f['live_ttft_mean_s_range'])}) | {sim(f, 'ttft_mean_s', 2)} "
                 f"| {f['live_ttft_p90_s']:.2f} | {f['sim_ttft_p90_s']:.2f} "
-                f"| {f['live_e2e_mean_s']:.1f} ({rng(f['live_e2e_mean_s_range'], 1, 1)}) | {f['sim_e2e_mean_s']:.1f} "
+                f"| {f['live_e2e_mean_s']:.1f} ({rng(f['live_e2e_mean_s_range'], 1, 1)}) | {sim(f, 'e2e_mean_s', 1)} "
                 f"| {f['output_blocks_live']:.0f} |")
     cmds = "; ".join(f"`{d['settings']['command']}`" for d in docs.values())
     return "\n".join(lines) + f"\n\nCommands: {cmds}." + where_time_goes(docs)
@@ -230,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=None)
     ap.add_argument("--max-calls", type=int, default=None)
     ap.add_argument("--preset-file", default=None, help="a preset from agentrt calibrate (default: measure one)")
+    ap.add_argument("--preset-after", default=None,
+                    help="a second preset, calibrated after the live runs: each simulator figure is the mean of "
+                         "the two presets' (default: calibrate again after the live runs when this run calibrated)")
+    ap.add_argument("--no-calibrate-after", action="store_true",
+                    help="calibrate only before the live runs (one preset)")
     ap.add_argument("--engine-iterations", action="store_true",
                     help="vLLM logs every iteration: the JSON and docs split each run's time into the engine's "
                          "compute and the time between its iterations")

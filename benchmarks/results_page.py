@@ -268,7 +268,7 @@ def fidelity() -> str:
         return missing("the simulator against the engine",
                        "python -m benchmarks.fidelity --workload team --seed 0 --runs 3 "
                        "--json docs/results/engine/fidelity-team.json")
-    rows, gaps, e2e, ttft, disorder, before, after, hosted = [], [], {}, {}, [], {}, {}, []
+    rows, gaps, e2e, ttft, disorder, before, after, hosted, drift = [], [], {}, {}, [], {}, {}, [], {}
     for f in docs:
         doc = json.loads(f.read_text())
         name = f.stem.removeprefix('fidelity-')
@@ -280,6 +280,8 @@ def fidelity() -> str:
             rows.append(f"| {name} | {pol} | {pct(x['live_hit'])} | {pct(x['sim_hit'])} | "
                         f"{x['live_ttft_mean_s']:.2f} | {x['sim_ttft_mean_s']:.2f} | {x['live_e2e_mean_s']:.1f} | {x['sim_e2e_mean_s']:.1f} |")
             gaps.append(abs(x["sim_hit"] - x["live_hit"]) * 100)
+            if (b := x.get("sim_ttft_mean_s_before")) is not None:
+                drift.setdefault(name, []).append(abs(b - x["sim_ttft_mean_s_after"]) / x["sim_ttft_mean_s"])
             e2e.setdefault(name, []).append(x["e2e_mean_s_ratio"])
             ttft.setdefault(name, []).append(x["ttft_mean_s_ratio"])
             if split := x.get("ttft_split"):
@@ -304,6 +306,9 @@ def fidelity() -> str:
             + (f"Presets measured with the host's cost per call (`host_per_call_s`: on this 2-core host the CPU a "
                f"call's handling takes is time the engine does not step): {', '.join(hosted)}; the others were "
                f"measured before it and leave it out. " if hosted else "")
+            + (f"Calibrated before and after the live runs, each simulator figure the mean of the two presets' "
+               f"(the machine drifts): {', '.join(f'{n} (the two moved mean TTFT by up to {100 * max(v):.0f}%)' for n, v in drift.items())}. "
+               if drift else "")
             + "[Where the gap lives](notes/results-details.md#the-simulator-against-the-engine), call by call.\n")
 
 

@@ -58,6 +58,20 @@ def test_a_bad_line_names_its_file_and_line(tmp_path):
         join(calls, events)
 
 
+def test_a_torn_last_engine_line_is_left_out_and_an_event_without_time_is_named(tmp_path):
+    calls, events = _logs(tmp_path)
+    whole = events.read_text()
+    events.write_text(whole + '{"t": 100.5, "event": "fin')      # the server stopped mid-write
+    assert len(join(calls, events)) == 2
+    calls.write_text(calls.read_text() + '{"workflow": "w4"')    # the client's own log is whole
+    with pytest.raises(ValueError, match=r"calls-lru.jsonl:4: not JSON"):
+        join(calls, events)
+    _logs(tmp_path)
+    events.write_text(whole + json.dumps({"event": "lookup", "request": "r9"}) + "\n")
+    with pytest.raises(ValueError, match=r"connector-lru.jsonl: lookup event of request 'r9' has no numeric 't'"):
+        join(calls, events)
+
+
 def test_the_script_prints_each_runs_table_and_says_when_there_is_nothing(tmp_path, capsys):
     from benchmarks.call_path import main
     _logs(tmp_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt.enginebench.fidelity import compare, order_agrees
+from agentrt.enginebench.fidelity import bracket, compare, order_agrees
 from bench_scripts import load_script
 
 fid = load_script("fidelity")
@@ -92,3 +92,16 @@ def test_resimulate_reuses_the_live_runs_and_runs_only_the_simulator(tmp_path):
                   "--work-dir", str(work), "--resimulate", "--json", str(out)])
     with pytest.raises(SystemExit):
         fid.main(["--workload", "team", "--resimulate", "--json", str(out)])   # no work dir, no preset
+
+
+def test_a_second_calibration_brackets_the_simulator_figures():
+    docs = [{"results": {"lru": live(0.5, 0.2)}}]
+    before = compare(docs, {"results": {"lru": sim(0.50)}}, ["lru"], "fcfs")
+    slower = dict(sim(0.52), ttft_mean_s=0.15)
+    after = compare(docs, {"results": {"lru": slower}}, ["lru"], "fcfs")
+    f = bracket(before, after)["policies"]["lru"]
+    assert f["sim_ttft_mean_s_before"] == 0.05 and f["sim_ttft_mean_s_after"] == 0.15
+    assert f["sim_ttft_mean_s"] == pytest.approx(0.10) and f["ttft_mean_s_ratio"] == pytest.approx(0.5)
+    assert f["sim_hit"] == pytest.approx(0.51) and f["live_hit"] == 0.5
+    assert before["policies"]["lru"]["sim_ttft_mean_s"] == 0.05          # the inputs are left as they were
+    assert bracket(before, {"policies": {}})["policies"]["lru"] == before["policies"]["lru"]

@@ -53,16 +53,35 @@ class CallPath:
     to_first_s: float
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _read_jsonl(path: Path, torn_tail: bool = False) -> list[dict]:
+    """The file's records; `torn_tail`: a last line cut short (a server stopped mid-write, as
+    the engine's event log may be) is left out, as `vllm.eventlog.read_events` does; anywhere
+    else a line that is not a JSON object is an error naming it."""
     out = []
     with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+        lines = f.readlines()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if torn_tail and n == len(lines) and not line.endswith("\n"):
+                continue
+            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}:{n}: not a JSON object")
+        out.append(rec)
     return out
+
+
+def _time(rec: dict, path: Path) -> float:
+    """An engine event's `t` (seconds, wall clock), or an error naming the event."""
+    t = rec.get("t")
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        raise ValueError(f"{path}: {rec.get('event')} event of request {rec.get('request')!r} "
+                         f"has no numeric 't' (got {t!r})")
+    return float(t)
 
 
 def join(calls_path: str | Path, events_path: str | Path) -> list[CallPath]:
@@ -72,12 +91,14 @@ def join(calls_path: str | Path, events_path: str | Path) -> list[CallPath]:
              if c.get("error") is None and c.get("ttft_s") is not None and c.get("sent_wall") is not None]
     arrivals: dict[tuple[str, int], dict] = {}
     lookups: dict[str, list[float]] = {}
-    for e in _read_jsonl(Path(events_path)):
+    events_path = Path(events_path)
+    for e in _read_jsonl(events_path, torn_tail=True):
         kind = e.get("event")
-        if kind == "arrival" and "call" in e:
-            arrivals.setdefault((str(e.get("workflow")), int(e["call"])), e)
+        if kind == "arrival" and isinstance(e.get("call"), int):
+            _time(e, events_path)
+            arrivals.setdefault((str(e.get("workflow")), e["call"]), e)
         elif kind == "lookup":
-            lookups.setdefault(str(e.get("request")), []).append(float(e["t"]))
+            lookups.setdefault(str(e.get("request")), []).append(_time(e, events_path))
     spans = sorted((c["sent_wall"], c["sent_wall"] + c["latency_s"]) for c in calls)
     out = []
     for c in calls:

@@ -11,6 +11,10 @@ the engine's time in iterations (`busy_s`: live, from vLLM's iteration log when 
 `--engine-iterations`; it splits a latency gap between the cost model's compute and the time
 between iterations, which the simulator does not model); `*_ratio` is sim / live median. Live runs use live answers (later prompts carry the engine's own tokens), so output
 blocks are reused live as in the simulator.
+The machine drifts (a shared host: the same calibration moved a replay's predicted TTFT by 15%
+from one day to the next), so `benchmarks/fidelity.py` calibrates before and after the live runs
+and `bracket` keeps both simulations: each simulator figure is the mean of the two, beside them
+(`sim_*_before`, `sim_*_after`), so a live figure between the two is inside the drift.
 """
 
 from __future__ import annotations
@@ -97,6 +101,31 @@ def compare(live_docs: list[dict], sim_doc: dict, policies: list[str], scheduler
             f["live_token_stalls"] = {k: statistics.median(ts[k] for ts in stalls) for k in stalls[0]}
         out[label(p, scheduler)] = f
     return {"policies": out}
+
+
+def bracket(before: dict, after: dict) -> dict:
+    """`compare`'s document for the preset calibrated before the live runs, with the one
+    calibrated after: each simulator figure becomes the mean of the two (ratios recomputed), the
+    two kept as `sim_X_before` / `sim_X_after`; live figures are the same in both."""
+    out = {"policies": {}}
+    for lab, f in before["policies"].items():
+        g = after["policies"].get(lab)
+        f = dict(f)
+        if g is not None:
+            for short, _ in FIGURES:
+                a, b = f.get(f"sim_{short}"), g.get(f"sim_{short}")
+                if a is None or b is None:
+                    continue
+                f[f"sim_{short}_before"], f[f"sim_{short}_after"] = a, b
+                f[f"sim_{short}"] = m = (a + b) / 2
+                live = f.get(f"live_{short}")
+                if live:
+                    f[f"{short}_ratio"] = m / live
+            if f.get("ttft_split") and g.get("ttft_split"):
+                f["ttft_split"] = {k: (v + g["ttft_split"][k]) / 2 if k.startswith("sim_") else v
+                                   for k, v in f["ttft_split"].items()}
+        out["policies"][lab] = f
+    return out
 
 
 def ttft_split(f: dict, sim: dict) -> dict | None:
