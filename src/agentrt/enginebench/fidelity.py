@@ -11,8 +11,8 @@ the engine's time in iterations (`busy_s`: live, from vLLM's iteration log when 
 `--engine-iterations`; it splits a latency gap between the cost model's compute and the time
 between iterations, which the simulator does not model); `*_ratio` is sim / live median. Live runs use live answers (later prompts carry the engine's own tokens), so output
 blocks are reused live as in the simulator.
-The machine drifts (a shared host: the same calibration moved a replay's predicted TTFT by 15%
-from one day to the next), so `benchmarks/fidelity.py` calibrates before and after the live runs
+The machine drifts (a shared host: two calibrations hours apart moved the same replay's predicted
+TTFT by 15-20%), so `benchmarks/fidelity.py` calibrates before and after the live runs
 and `bracket` keeps both simulations: each simulator figure is the mean of the two, beside them
 (`sim_*_before`, `sim_*_after`), so a live figure between the two is inside the drift.
 """
