@@ -149,7 +149,8 @@ def describe(pf: PresetFile) -> list[tuple[str, str]]:
                                             if d.get("request_overhead_per_stream_s") else "")))
     if d.get("host_per_call_s") is not None:
         rows.append(("host cost", f"{d['host_per_call_s'] * 1e3:.2f} ms of host CPU per call in which the engine "
-                                  f"does not step (the simulator charges half at arrival, half at finish)"))
+                                  f"does not step (the simulator charges half at each finish and, at each "
+                                  f"arrival, the request overhead: the API server's intake on the shared host)"))
     fit = d.get("fit") or {}
     for part in ("prefill", "decode"):
         if f"{part}_mape" in fit:

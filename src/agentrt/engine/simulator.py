@@ -26,9 +26,12 @@ Model (vLLM V1 / SGLang style)
 - A request that cannot fit in the whole GPU pool (prompt and output) is served without the
   cache (`oversize_calls`).
 - A measured engine whose processes share the host's cores (`host_per_call_s`, from `agentrt
-  calibrate`) does not step while the host handles a call: half of that cost when a call
-  reaches the engine, half when it finishes, queued one after another on the host; the next
-  iteration starts when the host is done (its wall time includes the wait; `busy_s` does not).
+  calibrate`) does not step while the host handles a call: when a call reaches the engine, for
+  the call's own request path (`request_overhead_s`: its HTTP and API-server handling, CPU on
+  the cores the engine shares), and when it finishes, for half the measured per-call cost;
+  queued one after another on the host; the next iteration starts when the host is done (its
+  wall time includes the wait; `busy_s` does not). A burst of calls so holds the engine for
+  each call's intake, as the API server takes them in on the engine core's core.
 `Simulator` runs the loop and owns the clock, the waiting and running requests and the cache;
 it hands the rest to parts it owns, each given what it reads and the time: `admission`
 (`admission.py`), `lifecycle` (arrival, prefill completion, finish: `lifecycle.py`), `batch` (an
@@ -166,6 +169,8 @@ class Simulator:
         self._park_until = 0.0
         self.busy_s = 0.0                # simulated seconds spent in iterations
         self._host_half = config.host_per_call_s / 2.0
+        # on a shared host a call's request path is CPU the engine waits for as the call arrives
+        self._host_arrive = config.request_overhead_s if self._host_half else 0.0
         self._host_free_at = 0.0         # when the host is done with the calls' handling so far
         # a time before which no outside event can reach this replica (None: only its arrivals);
         # a cluster sets it so that a decode stretch stops where another replica may route a call
@@ -295,8 +300,8 @@ class Simulator:
         arrived = self.replay.pop_arrivals(now)
         for t, c in arrived:
             lifecycle.arrive(t, c, now)
-        if self._host_half and arrived:
-            self._host_free_at = max(self._host_free_at, now) + self._host_half * len(arrived)
+        if self._host_arrive and arrived:
+            self._host_free_at = max(self._host_free_at, now) + self._host_arrive * len(arrived)
         running = self.running
         if not running and not self.waiting:
             return IDLE
