@@ -55,8 +55,18 @@ def work_and_preset(a, name: str, *calibrate: str) -> tuple[Path, Path]:
     work.mkdir(parents=True, exist_ok=True)
     preset = Path(a.preset_file) if a.preset_file else work / "preset.json"
     if not a.preset_file:
-        agentrt("calibrate", "--engine", "vllm", *calibrate, "--vllm-blocks", str(a.vllm_blocks), "-o", str(preset))
+        calibrate_into(a, preset, *calibrate)
     return work, preset
+
+
+def calibrate_into(a, out: Path, *calibrate: str) -> None:
+    """`agentrt calibrate --engine vllm --vllm-blocks N` (plus `calibrate`) into `out`."""
+    agentrt("calibrate", "--engine", "vllm", *calibrate, "--vllm-blocks", str(a.vllm_blocks), "-o", str(out))
+
+
+def own_priority(a) -> list[str]:
+    """`--vllm-own-priority` when asked for (calibrate and the live runs take the same flag)."""
+    return ["--vllm-own-priority"] if a.vllm_own_priority else []
 
 
 def preset_after(a, work: Path) -> Path | None:
@@ -68,14 +78,13 @@ def preset_after(a, work: Path) -> Path | None:
     if a.preset_file or a.resimulate or a.no_calibrate_after:
         return None
     out = work / "preset-after.json"
-    agentrt("calibrate", "--engine", "vllm", *(["--vllm-own-priority"] if a.vllm_own_priority else []),
-            "--vllm-blocks", str(a.vllm_blocks), "-o", str(out))
+    calibrate_into(a, out, *own_priority(a))
     return out
 
 
 def run(a) -> dict:
     t0 = time.time()
-    work, preset = work_and_preset(a, "fidelity", *(["--vllm-own-priority"] if a.vllm_own_priority else []))
+    work, preset = work_and_preset(a, "fidelity", *own_priority(a))
     live_args = ["bench", *source_args(a), "--engine", "vllm", "--policies", a.policies, "--vllm-blocks", str(a.vllm_blocks),
                  "--scale", str(a.scale), "--think-scale", str(a.think_scale), "--train-fraction", "0",
                  "--scheduler", a.scheduler, "--quiet"]
@@ -85,8 +94,7 @@ def run(a) -> dict:
         live_args += ["--max-calls", str(a.max_calls)]
     if a.engine_iterations:
         live_args += ["--engine-iterations"]
-    if a.vllm_own_priority:
-        live_args += ["--vllm-own-priority"]
+    live_args += own_priority(a)
     if a.vllm_integration != "connector":
         live_args += ["--vllm-integration", a.vllm_integration]
     live = []

@@ -10,9 +10,10 @@ calls (`PROBE_TOKENS` fresh tokens, one output token) go one after another, n of
 the batch lost is window_b - tokens_b x step_a; per short call, less what the cost model charges
 for its own prefill beside the batch (one iteration with its tokens added), what is left is the
 call's host cost. `host_per_call_s` is the median over the batch sizes, never below 0; the
-simulator charges it to the engine's timeline, half when a call reaches the engine and half when
-it finishes (`engine/simulator.py`). On a host with cores to spare for the API server and the
-client it measures about 0 and changes nothing.
+simulator charges half of it to the engine's timeline when a call finishes and, when the call
+reaches the engine, the call's request path (`request_overhead_s`) instead of the other half
+(`engine/simulator.py`). On a host with cores to spare for the API server and the client it
+measures about 0 and the simulator charges nothing.
 Assumptions: the short calls' own iterations cost what the fitted model says (the cost model's
 prefill-beside-decodes terms, checked by the stream probes); tokens reach the client in the
 step that made them (chunks may bunch them, so counts over a window are used, not gaps).
