@@ -270,21 +270,21 @@ def test_metrics_on_vllms_own_endpoint(vllm_servers, vllm_log_dir):
 
 @requires_vllm
 def test_in_the_scheduler_class_the_stats_go_to_the_side_port_not_to_vllm():
-    """Hosted by `AgentRTScheduler` (`metrics_off(side)`): vLLM gets no stats, and the side
+    """Hosted by `AgentRTScheduler` (`stats_to_side(side)`): vLLM gets no stats, and the side
     exporter's totals equal the hosted runtime's own, as often as vLLM would have had them."""
     from test_vllm_connector import _batch, _connector, _requests
 
     from agentrt.vllm.side_metrics import SideMetrics
     conn, pool = _connector("cachesage", 64)
     side = SideMetrics("m", "0", "cachesage")
-    conn.metrics_off(side)
+    conn.stats_to_side(side)
     for r in _requests(3, 20):
         _batch(pool, conn, [r])
         assert conn.get_kv_connector_stats() is None
     smp = samples(_text(side.registry))
     assert value(smp, "agentrt_connector_requests_total") == conn.hosted.stats()["arrived"] == 20
     assert value(smp, "agentrt_connector_evictions_total", reason="reuse") == conn.hosted.stats()["evicted"]
-    conn.metrics_off()                                   # no side exporter: nothing reported at all
+    conn.stats_to_side()                                   # no side exporter: nothing reported at all
     _batch(pool, conn, _requests(4, 2))
     assert conn.get_kv_connector_stats() is None
     assert value(samples(_text(side.registry)), "agentrt_connector_requests_total") == 20

@@ -229,16 +229,22 @@ def scheduler_args(policy: str = "lru", *, async_scheduling: bool = False, **ext
     a KV connector (`scheduler.py`): checked here as `kv_transfer_config` checks the connector's,
     so a bad value fails before vLLM starts. A host tier needs the connector. `async_scheduling`:
     the class for vLLM's async scheduler (a GPU's default)."""
-    body, _ = engine_settings(policy, **extra)
-    scheduler_settings(body)
+    body, cfg = engine_settings(policy, **extra)
+    refuse_host_tier(cfg)
     return ["--scheduler-cls", ASYNC_SCHEDULER_CLS if async_scheduling else SCHEDULER_CLS, "--additional-config", json.dumps({ADDITIONAL_CONFIG_KEY: body})]
 
 
 def scheduler_settings(body: dict) -> ConnectorConfig:
-    """The settings of agentrt hosted in vLLM's scheduler class, parsed: a host tier is refused
-    (its copies need vLLM's workers, which see no connector there)."""
+    """The settings of agentrt hosted in vLLM's scheduler class, parsed and checked
+    (`refuse_host_tier`)."""
     cfg, _ = ConnectorConfig.from_extra(body)
+    refuse_host_tier(cfg)
+    return cfg
+
+
+def refuse_host_tier(cfg: ConnectorConfig) -> None:
+    """The scheduler class cannot host a host tier: its copies need vLLM's workers, which see no
+    connector there."""
     if cfg.host_blocks:
         raise ValueError("agentrt: a host tier (host_blocks) needs vLLM's workers: load AgentRTConnector "
                          "with --kv-transfer-config instead of the scheduler class")
-    return cfg

@@ -126,7 +126,7 @@ class AgentRTConnector(LayerlessConnector):
         self.elog.write("init", policy=self.cfg.policy, block_size=self.block_size,
                         reorder=not self.cfg.stock, host_blocks=self.cfg.host_blocks)
 
-    def metrics_off(self, side=None) -> None:
+    def stats_to_side(self, side=None) -> None:
         """Report no stats to vLLM: hosted by `AgentRTScheduler`, whose API server has no metric
         families for them (`scheduler.py`); with `side` (a `side_metrics.SideMetrics`), hand them
         to it instead, as often as they would have gone to vLLM."""

@@ -99,7 +99,7 @@ def scheduler_connector(vllm_config, kv_cache_config, extra: dict):
                            str(getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0),
                            str(cfg.policy)[:64])
         side.serve(cfg.metrics_host, cfg.metrics_port)
-    conn.metrics_off(side)
+    conn.stats_to_side(side)
     return conn
 
 
