@@ -304,8 +304,9 @@ def fidelity() -> str:
                f"live one: {ratios(after)}; before it (the request's path, the wait for an iteration, the "
                f"queue): {ratios(before)}. " if before else "")
             + (f"Presets measured with the host's cost per call (`host_per_call_s`: on this 2-core host the CPU a "
-               f"call's handling takes is time the engine does not step): {', '.join(hosted)}; the others were "
-               f"measured before it and leave it out. " if hosted else "")
+               f"call's handling takes is time the engine does not step): {', '.join(hosted)}"
+               + ("; the others were measured before it and leave it out" if len(hosted) < len(docs) else "")
+               + ". " if hosted else "")
             + (f"Calibrated before and after the live runs, each simulator figure the mean of the two presets' "
                f"(the machine drifts): {', '.join(f'{n} (the two moved mean TTFT by up to {100 * max(v):.0f}%)' for n, v in drift.items())}. "
                if drift else "")
