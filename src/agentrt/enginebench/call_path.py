@@ -89,14 +89,14 @@ def join(calls_path: str | Path, events_path: str | Path) -> list[CallPath]:
     not name are left out)."""
     calls = [c for c in _read_jsonl(Path(calls_path))
              if c.get("error") is None and c.get("ttft_s") is not None and c.get("sent_wall") is not None]
-    arrivals: dict[tuple[str, int], dict] = {}
+    arrivals: dict[tuple[str, int], tuple[str, float]] = {}   # (workflow, call) -> (request, its arrival time)
     lookups: dict[str, list[float]] = {}
     events_path = Path(events_path)
     for e in _read_jsonl(events_path, torn_tail=True):
         kind = e.get("event")
         if kind == "arrival" and isinstance(e.get("call"), int):
-            _time(e, events_path)
-            arrivals.setdefault((str(e.get("workflow")), e["call"]), e)
+            t = _time(e, events_path)
+            arrivals.setdefault((str(e.get("workflow")), e["call"]), (str(e.get("request")), t))
         elif kind == "lookup":
             lookups.setdefault(str(e.get("request")), []).append(_time(e, events_path))
     spans = sorted((c["sent_wall"], c["sent_wall"] + c["latency_s"]) for c in calls)
@@ -105,14 +105,15 @@ def join(calls_path: str | Path, events_path: str | Path) -> list[CallPath]:
         a = arrivals.get((str(c["workflow"]), int(c["call"])))
         if a is None:
             continue
+        request, arrived = a
         sent, first = c["sent_wall"], c["sent_wall"] + c["ttft_s"]
-        seen = [t for t in lookups.get(str(a.get("request")), ()) if t <= first]
-        scheduled = seen[-1] if seen else float(a["t"])
+        seen = [t for t in lookups.get(request, ()) if t <= first]
+        scheduled = seen[-1] if seen else arrived
         in_flight = sum(1 for s, e in spans if s < sent < e)
         burst = any(0 < sent - s <= BURST_S for s, _ in spans)
         out.append(CallPath(str(c["workflow"]), int(c["call"]), in_flight, burst, int(c.get("prompt_tokens") or 0),
-                            int(c.get("cached_tokens") or 0), c["ttft_s"], float(a["t"]) - sent,
-                            scheduled - float(a["t"]), first - scheduled))
+                            int(c.get("cached_tokens") or 0), c["ttft_s"], arrived - sent,
+                            scheduled - arrived, first - scheduled))
     return out
 
 
